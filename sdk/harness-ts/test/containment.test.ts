@@ -73,6 +73,7 @@ for (const mechanism of CONTAINMENT_MECHANISMS) {
       const sessionId = `cancelled-${mechanism}`;
       const container = containment.container({ sessionId, reportFile: path.join(dir, `${sessionId}.tsv`) });
       let grandchild = 0;
+      let listed: number[] | undefined;
       const session = startHostSession({
         command: [process.execPath, harness, "escapes-and-waits"],
         cwd: process.cwd(),
@@ -83,12 +84,17 @@ for (const mechanism of CONTAINMENT_MECHANISMS) {
         onEvent: (event) => {
           if (event.event.case !== "text") return;
           grandchild = Number(event.event.value.text);
+          listed = container.processIds?.();
           session.cancel("the test is done with it");
         },
       });
       const outcome = await session.outcome;
       assert.equal(outcome.status, "cancelled");
       assert.equal(outcome.signal, "SIGTERM", "the harness's own end, as the host sees it");
+      // Listed while it ran, where the mechanism finds processes beyond the harness's tree (the sandbox's disk guard
+      // reads the files they hold); the subreaper's orphans all stay below its wrapper, which lists none.
+      if (mechanism === "subreaper") assert.equal(container.processIds, undefined);
+      else assert.deepEqual(new Set(listed), new Set([session.pid, grandchild]));
       await container.end();
       assert.ok(grandchild > 0 && processGone(grandchild), `grandchild ${grandchild} outlived its session`);
     });

@@ -36,6 +36,7 @@ import {
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher, initPidFromInfoFile } from "./bubblewrap-launcher.js";
+import type { SessionProcesses } from "./held-deleted-files.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
@@ -283,6 +284,20 @@ export class SandboxSession {
   get directories(): readonly string[] {
     const { paths } = this.#options;
     return [paths.workingDir, paths.stateDir, paths.internalDir];
+  }
+
+  /**
+   * How its processes are found, for the files they hold deleted (held-deleted-files.ts): by its uid in the `user`
+   * mode, where a process may leave the harness's tree; as its container lists them in the `none` mode (its
+   * cgroup); elsewhere below its first process (under bubblewrap the keeper or bwrap, whose PID namespace keeps
+   * every process of the session below it; the `subreaper` wrapper).
+   */
+  get processes(): SessionProcesses | undefined {
+    if (this.#options.isolation.mode === "user" && this.#user !== undefined) return { uid: this.#user.uid };
+    const container = this.#container;
+    if (container?.processIds !== undefined) return { list: () => container.processIds?.() ?? [] };
+    const pid = this.#host?.pid;
+    return pid !== undefined ? { below: pid } : undefined;
   }
 
   /** Stops it at once, as a flood of output is: it was filling the node's disk (session-disk-guard.ts). */

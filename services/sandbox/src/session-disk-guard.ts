@@ -15,13 +15,14 @@
 //   before: a session that did not grow is never stopped, however much it
 //   holds.
 //
-// Best effort: what a session writes between two checks lands, which is what
-// the floor is for, and what a session writes where its directories do not
-// show it (a file deleted while open) is not seen; a filesystem of the
-// sessions' own is the bound no session can pass.
+// What a session holds deleted (a file it deleted while open, and wrote on)
+// counts with its directories (held-deleted-files.ts). Best effort: what a
+// session writes between two checks lands, which is what the floor is for;
+// a filesystem of the sessions' own is the bound no session can pass.
 import { execFile } from "node:child_process";
-import { statfs } from "node:fs/promises";
+import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
+import { heldDeletedFiles, type SessionProcesses } from "./held-deleted-files.js";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
@@ -44,6 +45,8 @@ export interface GuardedSession {
   readonly running: boolean;
   /** The directories it writes to on the node, its harness's output files among them. */
   readonly directories: readonly string[];
+  /** How its processes are found, for the files they hold deleted; undefined: none are counted. */
+  readonly processes?: SessionProcesses | undefined;
   /** Stops it at once, saying why. */
   stopForDisk(message: string): void;
 }
@@ -154,15 +157,29 @@ export class SessionDiskGuard {
     }
     // Within twice a floor: what each session holds, against its baseline.
     const running = [...this.#options.sessions()].filter((session) => session.running);
-    const growth = new Map<GuardedSession, { sinceBaseline: Usage; sincePrevious: Usage; now: Usage }>();
+    const owners = new Map<string, SessionProcesses>();
+    for (const session of running) if (session.processes !== undefined) owners.set(session.id, session.processes);
+    const held = heldDeletedFiles({ device: (await stat(this.#options.root)).dev, sessions: owners });
+    const growth = new Map<
+      GuardedSession,
+      { sinceBaseline: Usage; sincePrevious: Usage; now: Usage; inDirectories: Usage; deleted: Usage }
+    >();
     for (const session of running) {
-      const now = await directoryUsage(session.directories);
-      if (now === undefined) continue;
+      const inDirectories = await directoryUsage(session.directories);
+      if (inDirectories === undefined) continue;
+      const deleted = held.get(session.id) ?? { bytes: 0, files: 0 };
+      const now = { bytes: inDirectories.bytes + deleted.bytes, files: inDirectories.files + deleted.files };
       if (!this.#baseline.has(session.id)) this.#baseline.set(session.id, now);
       const baseline = this.#baseline.get(session.id)!;
       const previous = this.#previous.get(session.id) ?? now;
       this.#previous.set(session.id, now);
-      growth.set(session, { sinceBaseline: minus(now, baseline), sincePrevious: minus(now, previous), now });
+      growth.set(session, {
+        sinceBaseline: minus(now, baseline),
+        sincePrevious: minus(now, previous),
+        now,
+        inDirectories,
+        deleted,
+      });
     }
     const ids = new Set(running.map((session) => session.id));
     for (const id of [...this.#baseline.keys()]) if (!ids.has(id)) this.#baseline.delete(id);
@@ -185,11 +202,15 @@ export class SessionDiskGuard {
     const stop = new Set([...growth].filter(([, g]) => grew(g.sincePrevious)).map(([session]) => session));
     if (most !== undefined) stop.add(most);
     for (const session of stop) {
-      const { now } = growth.get(session)!;
+      const { now, inDirectories, deleted } = growth.get(session)!;
       this.#options.logger.warn({ sessionId: session.id, ...now }, "session stopped: it was filling the node's disk");
+      const heldDeleted =
+        deleted.files > 0
+          ? `, and files it deleted but still holds ${mebibytes(deleted.bytes)} in ${deleted.files}`
+          : "";
       try {
         session.stopForDisk(
-          `${shortfall} while this session was writing to it (its directories hold ${mebibytes(now.bytes)} in ${now.files} files); the session was stopped`,
+          `${shortfall} while this session was writing to it (its directories hold ${mebibytes(inDirectories.bytes)} in ${inDirectories.files} files${heldDeleted}); the session was stopped`,
         );
       } catch (error) {
         this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session filling the disk");

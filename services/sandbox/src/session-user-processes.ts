@@ -4,7 +4,7 @@
 // as that uid calls kill(-1, SIGKILL), and the kernel signals every process
 // of the uid in one pass that a fork cannot slip past (a process with a
 // pending SIGKILL cannot complete a fork).
-import { readdirSync, readFileSync } from "node:fs";
+import { listProcesses, ownPidNamespaceDepth } from "./process-list.js";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { runAsSessionUser } from "./session-user-helper.js";
 
@@ -20,25 +20,12 @@ export interface SessionUser {
  */
 export function uidsWithProcesses(range: SessionUidRange): Map<number, { inOwnPidNamespace: boolean }> {
   const found = new Map<number, { inOwnPidNamespace: boolean }>();
-  let pids: string[];
-  try {
-    pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
-  } catch {
-    return found;
-  }
-  const depth = (status: string): number => /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1;
-  const ownDepth = depth(readFileSync("/proc/self/status", "utf8"));
-  for (const pid of pids) {
-    let status: string;
-    try {
-      status = readFileSync(`/proc/${pid}/status`, "utf8");
-    } catch {
-      continue; // gone meanwhile
-    }
-    if (/^State:\s+[ZX]/m.test(status)) continue;
-    const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN);
+  const processes = listProcesses();
+  if (processes.length === 0) return found;
+  const ownDepth = ownPidNamespaceDepth();
+  for (const { uid, pidNamespaceDepth } of processes) {
     if (uid < range.base || uid >= range.base + range.count) continue;
-    const here = depth(status) === ownDepth;
+    const here = pidNamespaceDepth === ownDepth;
     found.set(uid, { inOwnPidNamespace: here || found.get(uid)?.inOwnPidNamespace === true });
   }
   return found;

@@ -57,6 +57,42 @@ for (const isolation of MODES)
     }
   });
 
+// Root alone may read another process's mappings' files (/proc/<pid>/map_files).
+const HOLDS = process.getuid?.() === 0 ? (["open", "mapped"] as const) : (["open"] as const);
+for (const isolation of MODES)
+  for (const held of HOLDS)
+    // Bounded: without the count of deleted files the writer fills 512 MiB out of du's sight and waits for ever.
+    void it(
+      `stops a session writing into a file it deleted while ${held} (${isolation})`,
+      { timeout: 60_000 },
+      async () => {
+        const disk = statfsSync(os.tmpdir());
+        const free = disk.bavail * disk.bsize;
+        assert.ok(free > 2048 * MIB, "the test needs 2 GiB free");
+        const t = await startTestSandbox({ isolation, minFreeDiskBytes: free - 96 * MIB, diskCheckMs: 50 });
+        try {
+          const idle = new SessionStream(t.client, {
+            message: { case: "start", value: scenarioStart({ mode: "wait" }) },
+          });
+          await idle.waitFor(isText("ready"), "the idle session ready");
+          const filler = await runToEnd(t.client, scenarioStart({ mode: "fill", mib: 512, deleted: held }));
+          const exited = filler.exited();
+          assert.equal(exited.errorCode, "disk_full", exited.errorMessage);
+          assert.match(
+            exited.errorMessage,
+            /while this session was writing to it \(its directories hold .* MiB in \d+ files, and files it deleted but still holds (\d+\.\d) MiB in 1\); the session was stopped$/,
+          );
+          const heldMib = Number(/still holds (\d+\.\d) MiB/.exec(exited.errorMessage)?.[1]);
+          assert.ok(heldMib >= 64, `the deleted file counted: ${heldMib} MiB`);
+          idle.send({ message: { case: "cancel", value: {} } });
+          await idle.finished;
+          assert.equal(idle.exited().status, SessionStatus.CANCELLED, idle.exited().errorMessage);
+        } finally {
+          await t.close();
+        }
+      },
+    );
+
 void it("stops a session making files without end (inodes), as one writing bytes", { timeout: 60_000 }, async () => {
   const disk = statfsSync(os.tmpdir());
   assert.ok(

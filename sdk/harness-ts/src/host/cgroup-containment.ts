@@ -219,6 +219,11 @@ export class CgroupContainer {
     };
   }
 
+  /** Every pid in the session's cgroup now. */
+  processIds(): number[] {
+    return pidsIn(this.dir);
+  }
+
   /** After the harness exited: the linger (while its process group has members), then cgroup.kill; resolves with what was left. */
   end(): Promise<SessionProcess[]> {
     this.#ended ??= (async () => {

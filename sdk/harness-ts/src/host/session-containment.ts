@@ -71,6 +71,11 @@ export interface SessionContainer {
    * those it found. Idempotent; never rejects.
    */
   end(): Promise<SessionProcess[]>;
+  /**
+   * The pids of the session's processes now, where the mechanism finds them beyond the harness's own tree (`cgroup`:
+   * its cgroup; `environment`: the marker, best effort); absent for `subreaper`, whose orphans stay below the wrapper.
+   */
+  processIds?(): number[];
 }
 
 /** The mechanism this host uses, for every session. */
@@ -179,6 +184,10 @@ class EnvironmentContainer implements SessionContainer {
   constructor(sessionId: string, lingerMs: number) {
     this.#sessionId = sessionId;
     this.#lingerMs = lingerMs;
+  }
+
+  processIds(): number[] {
+    return this.members().map((p) => p.pid);
   }
 
   members(): SessionProcess[] {

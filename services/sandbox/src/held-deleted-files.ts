@@ -1,0 +1,104 @@
+// What a session holds on the node's disk that its directories do not show: files it deleted while they were still
+// open or mapped. Such a file keeps its blocks for as long as one descriptor or mapping of it is left, and grows as
+// it is written, so a session that opens a file, deletes it and writes on fills the disk out of du's sight
+// (session-disk-guard.ts adds this to what its directories hold).
+//
+// Each session's processes are found in /proc: those of its uid (the `user` mode), or every process below its
+// harness's first one (under bubblewrap its PID namespace, whose orphans go to the namespace's init, below it; in
+// the `none` mode under the `subreaper` wrapper), or those its container lists (its cgroup in the `none` mode). A file is counted when it is a regular file with no name left
+// (nlink 0) on the disk being guarded: through each descriptor in /proc/<pid>/fd, and each mapping /proc/<pid>/maps
+// marks deleted, through /proc/<pid>/map_files, which the kernel opens only to a sandbox holding CAP_SYS_ADMIN
+// (root); elsewhere a file a session keeps only mapped, its descriptors closed, is not seen.
+import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
+import { listProcesses } from "./process-list.js";
+import type { Usage } from "./session-disk-guard.js";
+
+/** How the guard finds a session's processes: those of its uid, every process below the given one, or as listed. */
+export type SessionProcesses =
+  { readonly uid: number } | { readonly below: number } | { readonly list: () => readonly number[] };
+
+/**
+ * For each session (by key), what the files its processes hold deleted on the filesystem `device` take: allocated
+ * bytes and inodes, each file once. Sessions whose processes are gone, or unreadable, hold nothing.
+ */
+export function heldDeletedFiles(options: {
+  /** st_dev of the guarded filesystem: deleted files elsewhere (a session's /tmp in memory, memfd) do not count. */
+  device: number;
+  sessions: ReadonlyMap<string, SessionProcesses>;
+}): Map<string, Usage> {
+  const processes = listProcesses();
+  const children = new Map<number, number[]>();
+  for (const entry of processes) {
+    const siblings = children.get(entry.parent);
+    if (siblings === undefined) children.set(entry.parent, [entry.pid]);
+    else siblings.push(entry.pid);
+  }
+  const held = new Map<string, Usage>();
+  for (const [key, owner] of options.sessions) {
+    const pids =
+      "uid" in owner
+        ? processes.filter((p) => p.uid === owner.uid).map((p) => p.pid)
+        : "below" in owner
+          ? below(owner.below)
+          : owner.list();
+    const files = new Map<number, number>();
+    for (const pid of pids) {
+      for (const stats of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
+    }
+    let bytes = 0;
+    for (const blocks of files.values()) bytes += blocks * 512;
+    held.set(key, { bytes, files: files.size });
+  }
+  return held;
+
+  function below(root: number): number[] {
+    const found: number[] = [];
+    const queue = [root];
+    // A pid is visited once: a reused pid cannot make a cycle of the parents read at different moments.
+    const seen = new Set<number>();
+    while (queue.length > 0) {
+      const pid = queue.pop()!;
+      if (seen.has(pid)) continue;
+      seen.add(pid);
+      found.push(pid);
+      queue.push(...(children.get(pid) ?? []));
+    }
+    return found;
+  }
+}
+
+/** The deleted regular files the process holds open or mapped; none when it is gone or closed to this sandbox. */
+function* deletedFilesOf(pid: number): Generator<Stats> {
+  const deleted = (file: string): Stats | undefined => {
+    try {
+      // stat follows the magic link to the file itself, named or not.
+      const stats = statSync(file);
+      return stats.isFile() && stats.nlink === 0 ? stats : undefined;
+    } catch {
+      return undefined; // closed meanwhile, or not this sandbox's to read
+    }
+  };
+  for (const fd of entriesOf(`/proc/${pid}/fd`)) {
+    const stats = deleted(`/proc/${pid}/fd/${fd}`);
+    if (stats !== undefined) yield stats;
+  }
+  let maps: string;
+  try {
+    maps = readFileSync(`/proc/${pid}/maps`, "utf8");
+  } catch {
+    return;
+  }
+  // "start-end perms offset dev inode path (deleted)": map_files names a mapping by its range, without the 0x.
+  for (const match of maps.matchAll(/^([0-9a-f]+-[0-9a-f]+) \S+ \S+ \S+ [1-9]\d* .* \(deleted\)$/gm)) {
+    const stats = deleted(`/proc/${pid}/map_files/${match[1]}`);
+    if (stats !== undefined) yield stats;
+  }
+}
+
+function entriesOf(directory: string): string[] {
+  try {
+    return readdirSync(directory);
+  } catch {
+    return [];
+  }
+}
