@@ -361,6 +361,8 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         binds,
         hidden: options.hiddenPaths,
         hiddenUnlessBound: [options.sandboxRoot, path.dirname(options.sandboxRoot)],
+        // Its TMPDIR, in its state directory (bound writable at its own path): on disk, not in memory.
+        tmp: spec.env.TMPDIR,
       });
       assertVisible(found, mounts);
       if (user !== undefined) {

@@ -10,6 +10,17 @@
 // bwrap applies mounts in order, so they are sorted by depth: a directory's
 // mount comes before anything below it, and of two on the same path the
 // later one listed wins (a hidden path over the bind it hides).
+//
+// Nothing a session may write is memory. A tmpfs is RAM (up to half the
+// node's by default, and as many files as the node has pages), not counted
+// to any process: a session filling one would bring the node (or its pod) to
+// the OOM killer, which then ends other sessions' processes first, the largest
+// first, while the tmpfs stays full for as long as one process of the filler
+// lives. So /tmp and /dev/shm are the session's TMPDIR on disk, where the disk
+// guard counts it and its end removes it, and the tmpfs mounts that remain
+// (bwrap's root, /dev, the covers over hidden paths) are made read-only once
+// everything is mounted in them (bwrap's --remount-ro, which leaves the mounts
+// inside them as they are).
 import { realpathSync, statSync } from "node:fs";
 import path from "node:path";
 
@@ -25,7 +36,7 @@ export interface BindMount {
 
 type MountOp =
   | { kind: "bind"; source: string; realSource: string; dest: string; writable: boolean; optional: boolean }
-  | { kind: "tmpfs" | "proc" | "proc-read-only" | "dev" | "hide-file" | "dir"; dest: string };
+  | { kind: "tmpfs" | "proc" | "proc-read-only" | "dev" | "hide-file" | "dir" | "remount-ro"; dest: string };
 
 /**
  * The kernel's settings (sysctls), read-only inside. bwrap covers /proc/sys with a read-only bind only when it can
@@ -71,12 +82,26 @@ export function planMounts(options: {
   hidden: readonly string[];
   /** Hidden too, unless one is itself bound (then hiding it would undo the bind that was asked for) or is `/`. */
   hiddenUnlessBound?: readonly string[];
+  /** The node folder the session's /tmp and /dev/shm are (its TMPDIR); without it both are read-only and empty. */
+  tmp?: string | undefined;
 }): MountPlan {
+  const tmp = (dest: string): MountOp =>
+    options.tmp !== undefined
+      ? {
+          kind: "bind",
+          source: options.tmp,
+          realSource: realOrSelf(options.tmp),
+          dest,
+          writable: true,
+          optional: false,
+        }
+      : { kind: "tmpfs", dest };
   const ops: MountOp[] = [
-    { kind: "tmpfs", dest: "/tmp" },
+    tmp("/tmp"),
     { kind: "proc", dest: "/proc" },
     ...PROC_READ_ONLY.map((dest): MountOp => ({ kind: "proc-read-only", dest })),
     { kind: "dev", dest: "/dev" },
+    tmp("/dev/shm"),
     ...options.binds.map((bind): MountOp => ({
       kind: "bind",
       source: bind.source,
@@ -125,6 +150,9 @@ export function planMounts(options: {
     .map((op, index) => ({ op, index }))
     .sort((a, b) => depth(a.op.dest) - depth(b.op.dest) || a.index - b.index)
     .map(({ op }) => op);
+  // Last, once every mount inside them is made: each tmpfs read-only (see the top).
+  const readOnly = ["/", ...sorted.filter((op) => op.kind === "tmpfs" || op.kind === "dev").map((op) => op.dest)];
+  sorted.push(...readOnly.map((dest): MountOp => ({ kind: "remount-ro", dest })));
   const args = sorted.flatMap((op): string[] => {
     switch (op.kind) {
       case "bind":
@@ -149,7 +177,10 @@ export function planMounts(options: {
       });
       if (seen === undefined) return false;
       const { index: boundAt, inside } = seen;
-      return !sorted.some((op, index) => index > boundAt && op.kind !== "bind" && isWithin(inside, op.dest));
+      // A later mount over it hides it; a remount changes only whether it is writable.
+      return !sorted.some(
+        (op, index) => index > boundAt && op.kind !== "bind" && op.kind !== "remount-ro" && isWithin(inside, op.dest),
+      );
     },
   };
 }

@@ -37,7 +37,7 @@ void describe("bubblewrap mounts", () => {
     const out: string[] = [];
     for (let i = 0; i < args.length;) {
       const flag = args[i]!;
-      const n = flag === "--tmpfs" || flag === "--proc" || flag === "--dev" || flag === "--dir" ? 1 : 2;
+      const n = ["--tmpfs", "--proc", "--dev", "--dir", "--remount-ro"].includes(flag) ? 1 : 2;
       out.push([flag, ...args.slice(i + 1, i + 1 + n)].join(" "));
       i += 1 + n;
     }
@@ -91,7 +91,7 @@ void describe("bubblewrap mounts", () => {
   void it("does not hide the root's parent when it is itself what was bound, but always hides an explicitly hidden path", () => {
     const derived = planMounts({ binds: [{ source: home }], hidden: [], hiddenUnlessBound: [home, "/"] });
     assert.equal(
-      pairs(derived.args).some((m) => m.startsWith("--tmpfs") && m !== "--tmpfs /tmp"),
+      pairs(derived.args).some((m) => m.startsWith("--tmpfs") && m !== "--tmpfs /tmp" && m !== "--tmpfs /dev/shm"),
       false,
       derived.args.join(" "),
     );
@@ -99,5 +99,21 @@ void describe("bubblewrap mounts", () => {
     const explicit = planMounts({ binds: [{ source: home }], hidden: [home] });
     assert(pairs(explicit.args).includes(`--tmpfs ${home}`));
     assert.equal(explicit.visible(path.join(home, "kek")), false);
+  });
+  void it("makes /tmp and /dev/shm the session's TMPDIR, and every tmpfs read-only once all is mounted in it", () => {
+    const tmp = path.join(dir, "state", "tmp");
+    const plan = planMounts({ binds: [{ source: install }], hidden: [home], tmp });
+    const mounts = pairs(plan.args);
+    assert(mounts.includes(`--bind ${tmp} /tmp`), plan.args.join(" "));
+    assert(mounts.includes(`--bind ${tmp} /dev/shm`), plan.args.join(" "));
+    assert(!mounts.some((m) => m === "--tmpfs /tmp" || m === "--tmpfs /dev/shm"), plan.args.join(" "));
+    const remounts = mounts.filter((m) => m.startsWith("--remount-ro"));
+    const covers = mounts.filter((m) => m.startsWith("--tmpfs")).map((m) => m.slice("--tmpfs ".length));
+    assert.deepEqual(
+      remounts,
+      ["/", "/dev", ...covers].map((dest) => `--remount-ro ${dest}`),
+    );
+    assert.deepEqual(mounts.slice(-remounts.length), remounts, "after every mount");
+    assert.equal(plan.visible(path.join(install, "node_modules", ".bin", "h")), true, "a remount hides nothing");
   });
 });

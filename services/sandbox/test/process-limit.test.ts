@@ -3,33 +3,24 @@
 // counted apart from every other session's, where the isolation mode gives
 // the kernel a user to count them by.
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
-import os from "node:os";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
-import { createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { SandboxService, type RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { testCredentials } from "@oz0/serving/testing";
+import type { Client } from "@connectrpc/connect";
+import type { SandboxService, RunSessionResponse } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { chooseSessionProcessLimit, ownProcessLimit, runsAsInitialRoot } from "../src/session-process-limit.js";
 import {
-  listeningUrl,
   runToEnd,
   scenarioStart,
   SessionStream,
   startTestSandbox,
+  startUnprivilegedSandbox,
   type TestSandbox,
+  unprivilegedSandboxSkip,
 } from "./sandbox-test-kit.js";
 
-const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "main.js");
 const LIMIT = 40;
-/** An unprivileged user for a sandbox that must not be root (nobody). */
-const UNPRIVILEGED = 65534;
 
 const asRoot = process.getuid?.() === 0;
 const rootWithSetpriv = !asRoot
@@ -218,53 +209,19 @@ void describe("a session's processes under bubblewrap", () => {
     });
 
     // As the Kubernetes manifests run it: the sandbox as an unprivileged user.
-    void describe("with the sandbox running as an unprivileged user", { skip: rootWithSetpriv }, () => {
-      let root: string;
-      let sandbox: ChildProcess;
+    void describe("with the sandbox running as an unprivileged user", { skip: unprivilegedSandboxSkip() }, () => {
+      let sandbox: Awaited<ReturnType<typeof startUnprivilegedSandbox>>;
       let client: Client<typeof SandboxService>;
-      const lines: string[] = [];
+      let lines: string[];
       before(async () => {
-        root = mkdtempSync(path.join(os.tmpdir(), "oz0-process-limit-"));
-        chownSync(root, UNPRIVILEGED, UNPRIVILEGED);
-        sandbox = spawn(
-          findSetpriv()!,
-          [
-            `--reuid=${UNPRIVILEGED}`,
-            `--regid=${UNPRIVILEGED}`,
-            "--clear-groups",
-            "--pdeathsig",
-            "SIGKILL",
-            "--",
-            process.execPath,
-            MAIN,
-          ],
-          {
-            env: {
-              PATH: process.env.PATH ?? "/usr/bin:/bin",
-              OZ0_PORT: "0",
-              OZ0_SANDBOX_ROOT: root,
-              OZ0_ISOLATION: "bwrap",
-              OZ0_SESSION_MAX_PROCESSES: String(LIMIT),
-              OZ0_CANCEL_GRACE_MS: "2000",
-              ...testCredentials.envFor("sandbox"),
-            },
-            stdio: ["ignore", "ignore", "pipe"],
-          },
-        );
-        const url = await listeningUrl(sandbox, lines);
-        client = createClient(
-          SandboxService,
-          createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
-        );
+        sandbox = await startUnprivilegedSandbox({
+          OZ0_ISOLATION: "bwrap",
+          OZ0_SESSION_MAX_PROCESSES: String(LIMIT),
+          OZ0_CANCEL_GRACE_MS: "2000",
+        });
+        ({ client, lines } = sandbox);
       });
-      after(async () => {
-        if (sandbox.exitCode === null) {
-          const exited = new Promise((resolve) => sandbox.once("exit", resolve));
-          sandbox.kill("SIGTERM");
-          await exited;
-        }
-        rmSync(root, { recursive: true, force: true });
-      });
+      after(() => sandbox.close());
 
       void it("stop at the limit, counted apart from another session's", async () => {
         const startup = lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((l) => l.isolation);

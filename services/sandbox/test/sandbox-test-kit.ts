@@ -1,7 +1,7 @@
 // Shared by the sandbox tests: a real sandbox on loopback, a gRPC client,
 // and a RunSession stream the test drives message by message.
 import { spawn, type ChildProcess, type IOType } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -20,6 +20,7 @@ import {
 import type { Logger } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
 import { startSandbox, type RunningSandbox, type SandboxConfig } from "../src/index.js";
+import { findSetpriv } from "../src/parent-death-launcher.js";
 
 export const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures");
 export const SCENARIO = path.join(FIXTURES, "scenario-harness.mjs");
@@ -60,16 +61,74 @@ const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist
 
 /**
  * The sandbox as deployed (`dist/main.js`), with the test credentials, a port of the kernel's choosing and `env`
- * (OZ0_SANDBOX_ROOT, OZ0_ISOLATION, ...); its stderr piped for {@link listeningUrl}, `extraStdio` from its fd 3 on.
+ * (OZ0_SANDBOX_ROOT, OZ0_ISOLATION, ...); its stderr piped for {@link listeningUrl}, `extraStdio` from its fd 3 on;
+ * with `asUser`, run as that uid and gid by setpriv (from root), as the Kubernetes manifests run it unprivileged.
  */
 export function spawnSandboxMain(
   env: Record<string, string>,
-  options: { extraStdio?: (IOType | number)[] } = {},
+  options: { extraStdio?: (IOType | number)[]; asUser?: { setprivPath: string; uid: number } } = {},
 ): ChildProcess {
-  return spawn(process.execPath, [MAIN], {
+  const { asUser } = options;
+  const command = [
+    ...(asUser !== undefined
+      ? [
+          asUser.setprivPath,
+          `--reuid=${asUser.uid}`,
+          `--regid=${asUser.uid}`,
+          "--clear-groups",
+          "--pdeathsig",
+          "SIGKILL",
+          "--",
+        ]
+      : []),
+    process.execPath,
+    MAIN,
+  ];
+  return spawn(command[0]!, command.slice(1), {
     env: { PATH: process.env.PATH ?? "", ...testCredentials.envFor("sandbox"), OZ0_PORT: "0", ...env },
     stdio: ["ignore", "ignore", "pipe", ...(options.extraStdio ?? [])],
   });
+}
+
+/** An unprivileged user for a sandbox that must not be root (nobody). */
+export const UNPRIVILEGED_UID = 65534;
+
+/** Why a sandbox cannot be run here as {@link UNPRIVILEGED_UID}; false when it can (root, with setpriv). */
+export function unprivilegedSandboxSkip(): string | false {
+  if (process.getuid?.() !== 0) return "running the sandbox as another user needs root";
+  return findSetpriv() === undefined ? "needs setpriv" : false;
+}
+
+/**
+ * The sandbox as the Kubernetes manifests run it: `dist/main.js` as an unprivileged user (nobody, by setpriv from
+ * root), in a root of its own, with `env` besides; once it listens. `close` stops it and removes its root.
+ */
+export async function startUnprivilegedSandbox(env: Record<string, string>): Promise<{
+  client: Client<typeof SandboxService>;
+  /** Its log lines until it listened. */
+  lines: string[];
+  close(): Promise<void>;
+}> {
+  const root = mkdtempSync(path.join(os.tmpdir(), "oz0-unprivileged-"));
+  chownSync(root, UNPRIVILEGED_UID, UNPRIVILEGED_UID);
+  const child = spawnSandboxMain(
+    { OZ0_SANDBOX_ROOT: root, ...env },
+    { asUser: { setprivPath: findSetpriv()!, uid: UNPRIVILEGED_UID } },
+  );
+  const lines: string[] = [];
+  const url = await listeningUrl(child, lines);
+  return {
+    client: createClient(SandboxService, createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] })),
+    lines,
+    async close() {
+      if (child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        child.kill("SIGTERM");
+        await exited;
+      }
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
 }
 
 /**
