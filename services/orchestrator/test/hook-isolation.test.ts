@@ -18,6 +18,13 @@ import type { AgentVersionRecord } from "../src/store/job-store.js";
 const UNSHARE: Partial<Record<NodeJS.Architecture, number>> = { x64: 272, arm64: 97 };
 
 const OWNER_TOKEN = "oz0_owner_planted-token-for-the-hook-isolation-test";
+/** What a hook tries to write at the root and in /dev: made on the node by the hook without isolation (removed after). */
+const ROOT_PLANTED = `/oz0-hook-planted-${process.pid}`;
+const DEV_PLANTED = `/dev/oz0-hook-planted-${process.pid}`;
+after(() => {
+  rmSync(ROOT_PLANTED, { force: true });
+  rmSync(DEV_PLANTED, { force: true });
+});
 
 // A data directory as the orchestrator keeps it: the owner's credential, and installed plugins under it.
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-hook-home-"));
@@ -45,6 +52,9 @@ const seen = {
   signalOrchestrator: tryRead(() => process.kill(${process.pid}, 0)),
   ownTmp: tryRead(() => writeFileSync(path.join(os.tmpdir(), "scratch"), "x")),
   outsideTmp: tryRead(() => writeFileSync(path.join(${JSON.stringify(home)}, "planted"), "x")),
+  // Where bubblewrap's own tmpfs mounts are (memory, charged to no process): read-only there.
+  rootWrite: tryRead(() => writeFileSync(${JSON.stringify(ROOT_PLANTED)}, "x")),
+  devWrite: tryRead(() => writeFileSync(${JSON.stringify(DEV_PLANTED)}, "x")),
   capabilities: tryRead(() => /^CapEff:\\s*(\\w+)$/m.exec(readFileSync("/proc/self/status", "utf8"))[1]),
   // "x", which no integer setting takes, should this ever fail open.
   sysctl: tryRead(() => writeFileSync("/proc/sys/kernel/printk_ratelimit", "x")),
@@ -95,6 +105,8 @@ async function whatTheHookSaw(stage: HookStage): Promise<Record<string, string>>
 void test("under bubblewrap a command hook reads its plugin's folder, and not the data directory or the orchestrator's environment", async () => {
   const { isolation, reason } = await chooseHookIsolation({ setting: "bwrap", dataDir: home });
   assert.ok(isolation, reason);
+  const hookFolders = (): string[] => readdirSync(os.tmpdir()).filter((name) => /^oz0-hook-(?!home-)/.test(name));
+  const before = hookFolders();
   const seen = await whatTheHookSaw(new HookStage({ isolation }));
   assert.match(seen.credential!, /^unreadable: ENOENT$/);
   // The data directory is an empty folder there: only the path to the plugin's own folder.
@@ -103,6 +115,13 @@ void test("under bubblewrap a command hook reads its plugin's folder, and not th
   assert.equal(seen.ownFolder, "oz0-plugin.yaml,spy.mjs");
   assert.match(seen.signalOrchestrator!, /^unreadable: ESRCH$/, "no process of the host is in its pid namespace");
   assert.equal(seen.ownTmp, "undefined");
+  // Its /tmp is a folder on disk, gone once it answered; every tmpfs bwrap made (its root, /dev, the data
+  // directory's cover) read-only: memory no process is charged for.
+  assert.deepEqual(
+    [seen.rootWrite, seen.devWrite, seen.outsideTmp],
+    ["unreadable: EROFS", "unreadable: EROFS", "unreadable: EROFS"],
+  );
+  assert.deepEqual(hookFolders(), before, "its temporary folder is gone once it answered");
   // Whoever runs the orchestrator, root included: no capability, and the kernel's settings read-only.
   assert.equal(seen.capabilities, "0000000000000000");
   assert.match(seen.sysctl!, /^unreadable: EROFS$/);

@@ -106,9 +106,11 @@ export function isolatedHook(
   options: { command: string[]; pluginDir: string },
 ): IsolatedHook {
   const ownDirs = programDirs(options.command, isolation.dataDir);
+  // Its own temporary folder on disk, the one path it may change (under bubblewrap its /tmp): never a tmpfs, which
+  // is memory charged to no process (@oz0/sandbox's bubblewrap-mounts.ts).
+  const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-hook-"));
+  const dispose = (): void => rmSync(tmp, { recursive: true, force: true });
   if (isolation.kind === "landlock") {
-    // Its own temporary folder, the one path it may change (bubblewrap gives a /tmp of its own instead).
-    const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-hook-"));
     return {
       command: walledCommand(isolation.landlock, {
         readOnly: [...DEFAULT_READ_ONLY_PATHS, ...ownDirs, options.pluginDir],
@@ -116,7 +118,7 @@ export function isolatedHook(
         command: options.command,
       }),
       env: { TMPDIR: tmp },
-      dispose: () => rmSync(tmp, { recursive: true, force: true }),
+      dispose,
     };
   }
   return {
@@ -139,7 +141,8 @@ export function isolatedHook(
       "/proc",
       // The kernel's settings, which root's uid, even with no capability, could change (@oz0/sandbox's bubblewrap-mounts.ts).
       ...PROC_READ_ONLY.flatMap((p) => ["--ro-bind-try", p, p]),
-      "--tmpfs",
+      "--bind",
+      tmp,
       "/tmp",
       // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
       "--tmpfs",
@@ -147,6 +150,8 @@ export function isolatedHook(
       "--ro-bind",
       options.pluginDir,
       options.pluginDir,
+      // Each tmpfs bwrap made, its root and /dev among them, read-only once all is mounted in it.
+      ...["/", "/dev", isolation.dataDir].flatMap((dest) => ["--remount-ro", dest]),
       "--chdir",
       options.pluginDir,
       // A session's filter (no user namespace, keyrings, eBPF or io_uring), read from fd 3 before the hook runs.
@@ -156,7 +161,7 @@ export function isolatedHook(
     ],
     env: {},
     readFile: isolation.syscallFilter,
-    dispose: () => undefined,
+    dispose,
   };
 }
 
