@@ -10,37 +10,20 @@
 // marks deleted, through /proc/<pid>/map_files, which the kernel opens only to a sandbox holding CAP_SYS_ADMIN
 // (root); elsewhere a file a session keeps only mapped, its descriptors closed, is not seen.
 import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
-import { listProcesses } from "./process-list.js";
+import { processesOfSessions, type SessionProcesses } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
-
-/** How the guard finds a session's processes: those of its uid, every process below the given one, or as listed. */
-export type SessionProcesses =
-  { readonly uid: number } | { readonly below: number } | { readonly list: () => readonly number[] };
 
 /**
  * For each session (by key), what the files its processes hold deleted on the filesystem `device` take: allocated
  * bytes and inodes, each file once. Sessions whose processes are gone, or unreadable, hold nothing.
  */
 export function heldDeletedFiles(options: {
-  /** st_dev of the guarded filesystem: deleted files elsewhere (a session's /tmp in memory, memfd) do not count. */
+  /** st_dev of the guarded filesystem: deleted files elsewhere (a tmpfs, memfd) do not count. */
   device: number;
   sessions: ReadonlyMap<string, SessionProcesses>;
 }): Map<string, Usage> {
-  const processes = listProcesses();
-  const children = new Map<number, number[]>();
-  for (const entry of processes) {
-    const siblings = children.get(entry.parent);
-    if (siblings === undefined) children.set(entry.parent, [entry.pid]);
-    else siblings.push(entry.pid);
-  }
   const held = new Map<string, Usage>();
-  for (const [key, owner] of options.sessions) {
-    const pids =
-      "uid" in owner
-        ? processes.filter((p) => p.uid === owner.uid).map((p) => p.pid)
-        : "below" in owner
-          ? below(owner.below)
-          : owner.list();
+  for (const [key, pids] of processesOfSessions(options.sessions)) {
     const files = new Map<number, number>();
     for (const pid of pids) {
       for (const stats of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
@@ -50,21 +33,6 @@ export function heldDeletedFiles(options: {
     held.set(key, { bytes, files: files.size });
   }
   return held;
-
-  function below(root: number): number[] {
-    const found: number[] = [];
-    const queue = [root];
-    // A pid is visited once: a reused pid cannot make a cycle of the parents read at different moments.
-    const seen = new Set<number>();
-    while (queue.length > 0) {
-      const pid = queue.pop()!;
-      if (seen.has(pid)) continue;
-      seen.add(pid);
-      found.push(pid);
-      queue.push(...(children.get(pid) ?? []));
-    }
-    return found;
-  }
 }
 
 /** The deleted regular files the process holds open or mapped; none when it is gone or closed to this sandbox. */

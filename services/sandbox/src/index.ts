@@ -130,14 +130,18 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     sessionUids: useBwrap && users !== undefined,
   });
   if (processes.warning !== undefined) logger.warn({ sessionProcesses: processes.limit?.max }, processes.warning);
-  // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason.
-  const processFields =
-    processes.limit !== undefined
+  // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason; and `sessionMemory`, the most a
+  // session's processes may take, in bytes (session-memory-guard.ts).
+  const maxMemory = config.maxSessionMemoryBytes ?? 0;
+  const processFields = {
+    ...(processes.limit !== undefined
       ? {
           sessionProcesses: processes.limit.max,
           ...(processes.reason !== undefined ? { sessionProcessesReason: processes.reason } : {}),
         }
-      : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason };
+      : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason }),
+    sessionMemory: maxMemory > 0 ? maxMemory : "unlimited",
+  };
   // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl, as root, before setpriv.
   const filter = chooseSyscallFilter({
     setting: config.syscallFilter ?? "auto",
@@ -240,6 +244,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     minFreeDiskBytes: config.minFreeDiskBytes,
     minFreeDiskFiles: config.minFreeDiskFiles,
     ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
+    maxSessionMemoryBytes: config.maxSessionMemoryBytes,
+    ...(config.memoryCheckMs !== undefined ? { memoryCheckMs: config.memoryCheckMs } : {}),
     isolation: useBwrap
       ? {
           mode: "bwrap",

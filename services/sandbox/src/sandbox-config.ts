@@ -66,6 +66,14 @@ export interface SandboxConfig {
   /** Between checks of that free space (OZ0_SANDBOX_DISK_CHECK_MS). Default 1000. */
   diskCheckMs?: number;
   /**
+   * The most memory a session's processes may take together (OZ0_SESSION_MAX_MEMORY_BYTES): anonymous and shared,
+   * swapped out or not, each shared page counted once; above it the session is stopped (session-memory-guard.ts).
+   * Default: no limit (the OOM killer still takes sessions' processes first).
+   */
+  maxSessionMemoryBytes?: number;
+  /** Between checks of that (OZ0_SESSION_MEMORY_CHECK_MS). Default 1000. */
+  memoryCheckMs?: number;
+  /**
    * The seccomp filter of sessions under bubblewrap and in the `user` mode (OZ0_SESSION_SYSCALL_FILTER): `auto` loads
    * it where it works and says why not where it does not; `on` refuses to start without it; `off` runs sessions
    * without it, for agents whose tools make user namespaces themselves (a browser's own sandbox). Default auto.
@@ -257,6 +265,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
     minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
     diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),
+    maxSessionMemoryBytes: envInteger(env, "OZ0_SESSION_MAX_MEMORY_BYTES", {
+      min: 0,
+      unit: "bytes a session (0: no limit)",
+    }),
+    memoryCheckMs: envInteger(env, "OZ0_SESSION_MEMORY_CHECK_MS", { min: 10, unit: "ms" }),
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
     sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),

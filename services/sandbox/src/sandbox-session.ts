@@ -36,7 +36,7 @@ import {
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher, initPidFromInfoFile } from "./bubblewrap-launcher.js";
-import type { SessionProcesses } from "./held-deleted-files.js";
+import type { SessionProcesses } from "./process-list.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
@@ -298,6 +298,11 @@ export class SandboxSession {
     if (container?.processIds !== undefined) return { list: () => container.processIds?.() ?? [] };
     const pid = this.#host?.pid;
     return pid !== undefined ? { below: pid } : undefined;
+  }
+
+  /** Stops it at once, as a flood of output is: it took more memory than a session may (session-memory-guard.ts). */
+  stopForMemory(message: string): void {
+    this.#breakLimit("memory_limit", message, { kill: true });
   }
 
   /** Stops it at once, as a flood of output is: it was filling the node's disk (session-disk-guard.ts). */

@@ -22,7 +22,8 @@
 import { execFile } from "node:child_process";
 import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
-import { heldDeletedFiles, type SessionProcesses } from "./held-deleted-files.js";
+import { heldDeletedFiles } from "./held-deleted-files.js";
+import type { SessionProcesses } from "./process-list.js";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;

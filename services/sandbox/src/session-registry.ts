@@ -32,6 +32,7 @@ import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
 import type { UserModeSyscallFilter } from "./syscall-filter.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
+import { SessionMemoryGuard } from "./session-memory-guard.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -51,6 +52,10 @@ export interface SessionRegistryOptions {
   minFreeDiskFiles?: number | undefined;
   /** Between the disk guard's checks; default 1000 ms. */
   diskCheckMs?: number;
+  /** The most memory a session may take (session-memory-guard.ts); undefined or 0: no limit. */
+  maxSessionMemoryBytes?: number | undefined;
+  /** Between the memory guard's checks; default 1000 ms. */
+  memoryCheckMs?: number;
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
     | { mode: "user"; setprivPath: string; users: SessionUserPool; syscallFilter?: UserModeSyscallFilter | undefined }
@@ -130,6 +135,8 @@ export class SessionRegistry {
   readonly #listeners: SharedLlmListeners | undefined;
   /** Keeps room on the sessions' disk (session-disk-guard.ts). */
   readonly #diskGuard: SessionDiskGuard;
+  /** Keeps each session within its memory, when it has a limit (session-memory-guard.ts). */
+  readonly #memoryGuard: SessionMemoryGuard | undefined;
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -141,6 +148,13 @@ export class SessionRegistry {
       sessions: () => this.#sessions.values(),
       logger: options.logger,
     });
+    if ((options.maxSessionMemoryBytes ?? 0) > 0)
+      this.#memoryGuard = new SessionMemoryGuard({
+        maxBytes: options.maxSessionMemoryBytes!,
+        ...(options.memoryCheckMs !== undefined ? { intervalMs: options.memoryCheckMs } : {}),
+        sessions: () => this.#sessions.values(),
+        logger: options.logger,
+      });
     if (this.#keeps)
       this.#spawner = new KeeperSpawner({
         dir: path.join(options.root, "keepers"),
@@ -583,6 +597,7 @@ export class SessionRegistry {
   async shutdown(): Promise<void> {
     this.#shuttingDown = true;
     this.#diskGuard.close();
+    this.#memoryGuard?.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
