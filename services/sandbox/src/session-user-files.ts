@@ -1,6 +1,7 @@
 // A session's directories in the `user` isolation mode: made by the sandbox
 // (root), handed over to the session's uid before the harness starts, and
-// removed through that uid when the session ends.
+// removed through that uid when the session ends; and what the uid left in
+// the node's shared places, removed before the uid is given to the next.
 //
 // Removal runs as the session's uid because a process of that uid may still
 // be alive (a session sharing the working directory): root walking a tree its
@@ -46,4 +47,68 @@ export async function removeAsUser(dirs: readonly string[], user: SessionUser): 
   if (status !== 0)
     throw new Error(`could not remove the session's files as uid ${user.uid}: ${stderr || `status ${status}`}`);
   for (const dir of dirs) await rmdir(dir);
+}
+
+/** The node's places every user may write to, which a session of the `user` mode shares with the node. */
+export const SHARED_WRITABLE_PLACES: readonly string[] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"];
+
+/**
+ * Run as the uid: removes, beneath each folder given (on its filesystem, links not followed, entering only folders
+ * the uid owns or may write to: where it could have made something), every file and folder the uid owns, and every System V shared memory segment, semaphore set and message queue it owns or made (perl's
+ * shmctl, semctl and msgctl, IPC_RMID being 0 on Linux). Entries of other users are left alone (the kernel would
+ * refuse the uid anyway). Exits 0; what it could not remove it names on stderr.
+ */
+const REMOVE_UID_LEFTOVERS = String.raw`
+my ($uid, $gid) = ($<, $( + 0);
+sub sweep {
+  my ($dir, $dev) = @_;
+  opendir(my $handle, $dir) or return;
+  my @names = grep { $_ ne "." && $_ ne ".." } readdir $handle;
+  closedir $handle;
+  for my $name (@names) {
+    my $entry = "$dir/$name";
+    my @st = lstat $entry or next;
+    next if $st[0] != $dev;
+    if (-d _) {
+      # Only where the uid could have made something: its own folders, and those every user (or its group) may write.
+      next unless $st[4] == $uid || ($st[2] & 0002) || (($st[2] & 0020) && $st[5] == $gid);
+      sweep($entry, $dev);
+      rmdir $entry or print STDERR "$entry: $!
+" if $st[4] == $uid;
+    } elsif ($st[4] == $uid) {
+      unlink $entry or print STDERR "$entry: $!
+";
+    }
+  }
+}
+for my $top (@ARGV) { my @st = lstat $top or next; sweep($top, $st[0]) if -d _ }
+for my $kind (["shm", 7, 9], ["sem", 4, 6], ["msg", 7, 9]) {
+  my ($name, $owner, $creator) = @$kind;
+  open(my $table, "<", "/proc/sysvipc/$name") or next;
+  <$table>;
+  for (<$table>) {
+    my @f = split;
+    next unless $f[$owner] == $uid || $f[$creator] == $uid;
+    my $removed = $name eq "shm" ? shmctl($f[1], 0, 0) : $name eq "sem" ? semctl($f[1], 0, 0, 0) : msgctl($f[1], 0, 0);
+    print STDERR "System V $name $f[1]: $!\n" unless defined $removed;
+  }
+}
+`;
+
+/**
+ * Removes what the uid left in the node's shared places: its files and folders in `places` (default
+ * {@link SHARED_WRITABLE_PLACES}), its System V shared memory, semaphores and message queues. Run once nothing of
+ * the uid runs: a session ended, or a uid taken that a killed sandbox's session left. Never rejects: resolves with
+ * what could not be removed, for the caller's log.
+ */
+export async function removeUidLeftovers(
+  user: SessionUser,
+  places: readonly string[] = SHARED_WRITABLE_PLACES,
+): Promise<string | undefined> {
+  try {
+    const { status, stderr } = await runAsSessionUser({ user, script: REMOVE_UID_LEFTOVERS, args: places });
+    return status === 0 && stderr === "" ? undefined : stderr || `status ${status}`;
+  } catch (error) {
+    return (error as Error).message;
+  }
 }

@@ -18,6 +18,7 @@ import net from "node:net";
 import type { Logger } from "@oz0/serving";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { SandboxError } from "./sandbox-errors.js";
+import { removeUidLeftovers } from "./session-user-files.js";
 import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
 
 function holdName(uid: number): string {
@@ -159,7 +160,8 @@ export class SessionUserPool {
       this.#cursor = (this.#cursor + tried + 1) % count;
       this.#held.add(uid);
       const user = { uid, gid: uid };
-      if (!this.#contained) await this.killAll(user);
+      // What a killed sandbox's session of the uid left runs no more, nor lies where the next session would find it.
+      if (!this.#contained) await this.#clean(user);
       return new SessionUserLease(new Holding(user, server, this));
     }
     throw new SandboxError(
@@ -246,9 +248,21 @@ export class SessionUserPool {
     return killing;
   }
 
+  /**
+   * Kills what the uid runs, then removes what it left in the node's shared places (its files in /tmp, /var/tmp,
+   * /dev/shm, its System V IPC objects): in the `user` mode a session shares them with the node, and what it left
+   * would outlast it, in memory where /dev/shm is, and be the next session's of the uid to read.
+   */
+  async #clean(user: SessionUser): Promise<void> {
+    await this.killAll(user);
+    const left = await removeUidLeftovers(user);
+    if (left !== undefined)
+      this.#logger.warn({ uid: user.uid, left }, "could not remove all a session uid left in the node's shared places");
+  }
+
   /** @internal Called by the last lease of a holding. */
   async free(holding: Holding): Promise<void> {
-    if (!this.#contained) await this.killAll(holding.user);
+    if (!this.#contained) await this.#clean(holding.user);
     await closeHold(holding.server);
     this.#held.delete(holding.user.uid);
     if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
