@@ -46,7 +46,13 @@ export class SessionMemoryGuard {
     if (owners.size === 0) return;
     const pids = processesOfSessions(owners);
     for (const session of running) {
-      const taken = (pids.get(session.id) ?? []).reduce((sum, pid) => sum + processMemory(pid), 0);
+      const sessionPids = pids.get(session.id) ?? [];
+      // Resident memory first, a few counters the kernel keeps per process (microseconds); it counts each page two
+      // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
+      // millisecond for a large process) and is read only for a session the first puts above its limit.
+      const resident = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "resident"), 0);
+      if (resident <= this.#options.maxBytes) continue;
+      const taken = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "proportional"), 0);
       if (taken <= this.#options.maxBytes) continue;
       this.#options.logger.warn(
         { sessionId: session.id, bytes: taken, maxBytes: this.#options.maxBytes },
@@ -72,19 +78,22 @@ function mebibytes(bytes: number): string {
 }
 
 /**
- * What the process takes that the node cannot reclaim without ending it, in bytes: its share of anonymous and
- * shared (shmem) pages, and of those swapped out; 0 when it is gone or not this sandbox's to read. Where the kernel
- * gives no Pss_Anon (older ones): its resident anonymous and shared memory and swap, pages shared counted in each.
+ * What the process takes that the node cannot reclaim without ending it, in bytes: its anonymous and shared
+ * (shmem) memory and what of it is swapped out, `resident` in full (/proc/<pid>/status), `proportional` as its share
+ * of each page it shares with other processes (/proc/<pid>/smaps_rollup; where the kernel gives no Pss_Anon, older
+ * ones, as `resident`). 0 when it is gone or not this sandbox's to read.
  */
-export function processMemory(pid: number): number {
+export function processMemory(pid: number, how: "resident" | "proportional"): number {
   const kibibytes = (text: string, field: string): number | undefined => {
     const value = new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(text)?.[1];
     return value === undefined ? undefined : Number(value) * 1024;
   };
   try {
-    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-    const anon = kibibytes(rollup, "Pss_Anon");
-    if (anon !== undefined) return anon + (kibibytes(rollup, "Pss_Shmem") ?? 0) + (kibibytes(rollup, "SwapPss") ?? 0);
+    if (how === "proportional") {
+      const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+      const anon = kibibytes(rollup, "Pss_Anon");
+      if (anon !== undefined) return anon + (kibibytes(rollup, "Pss_Shmem") ?? 0) + (kibibytes(rollup, "SwapPss") ?? 0);
+    }
     const status = readFileSync(`/proc/${pid}/status`, "utf8");
     return (
       (kibibytes(status, "RssAnon") ?? 0) + (kibibytes(status, "RssShmem") ?? 0) + (kibibytes(status, "VmSwap") ?? 0)
