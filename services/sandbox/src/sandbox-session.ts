@@ -287,7 +287,8 @@ export class SandboxSession {
   }
 
   /**
-   * How its processes are found, for the files they hold deleted (held-deleted-files.ts): by its uid in the `user`
+   * How its processes are found, for the files they hold deleted (held-deleted-files.ts) and the memory they take
+   * (session-memory-guard.ts): by its uid in the `user`
    * mode, where a process may leave the harness's tree; as its container lists them in the `none` mode (its
    * cgroup); elsewhere below its first process (under bubblewrap the keeper or bwrap, whose PID namespace keeps
    * every process of the session below it; the `subreaper` wrapper).

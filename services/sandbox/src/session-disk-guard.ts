@@ -228,7 +228,8 @@ function minus(a: Usage, b: Usage): Usage {
   return { bytes: a.bytes - b.bytes, files: a.files - b.files };
 }
 
-function mebibytes(bytes: number): string {
+/** A size as the guards' messages give it. */
+export function mebibytes(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 }
 

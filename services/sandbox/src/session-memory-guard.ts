@@ -5,9 +5,19 @@
 // proportional set size, /proc/<pid>/smaps_rollup). A session above its limit is stopped at once (`memory_limit`),
 // saying how much it took. Best effort: what a session allocates between two checks lands, and the OOM killer,
 // which takes sessions' processes first (session-oom-score.ts), is what holds the node meanwhile.
-import { readFileSync } from "node:fs";
+//
+// A file in a tmpfs is memory too, charged to no process unless mapped. Under bubblewrap a session writes to none
+// (bubblewrap-mounts.ts); in the `user` mode it shares the node's /dev/shm (a tmpfs everywhere) and /tmp where that
+// is one, so there the files its uid owns in them count with its processes.
+import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
+import path from "node:path";
 import type { Logger } from "@oz0/serving";
 import { processesOfSessions, type SessionProcesses } from "./process-list.js";
+import { mebibytes } from "./session-disk-guard.js";
+import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
+
+/** statfs's f_type of a tmpfs (linux/magic.h). */
+const TMPFS_MAGIC = 0x01021994;
 
 /** A session as the guard sees it. */
 export interface MemoryGuardedSession {
@@ -31,9 +41,18 @@ export interface SessionMemoryGuardOptions {
 export class SessionMemoryGuard {
   readonly #options: SessionMemoryGuardOptions;
   readonly #timer: NodeJS.Timeout;
+  /** The node's shared places that are a tmpfs, where a `user`-mode session's files are memory. */
+  readonly #sharedTmpfs: readonly string[];
 
   constructor(options: SessionMemoryGuardOptions) {
     this.#options = options;
+    this.#sharedTmpfs = SHARED_WRITABLE_PLACES.filter((place) => {
+      try {
+        return statfsSync(place).type === TMPFS_MAGIC;
+      } catch {
+        return false; // not on this node
+      }
+    });
     this.#timer = setInterval(() => this.check(), options.intervalMs ?? 1000);
     this.#timer.unref();
   }
@@ -50,9 +69,14 @@ export class SessionMemoryGuard {
       // Resident memory first, a few counters the kernel keeps per process (microseconds); it counts each page two
       // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
       // millisecond for a large process) and is read only for a session the first puts above its limit.
-      const resident = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "resident"), 0);
+      const owner = session.processes;
+      const inTmpfs =
+        owner !== undefined && "uid" in owner
+          ? this.#sharedTmpfs.reduce((sum, place) => sum + ownedBytes(place, owner.uid), 0)
+          : 0;
+      const resident = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "resident"), inTmpfs);
       if (resident <= this.#options.maxBytes) continue;
-      const taken = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "proportional"), 0);
+      const taken = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "proportional"), inTmpfs);
       if (taken <= this.#options.maxBytes) continue;
       this.#options.logger.warn(
         { sessionId: session.id, bytes: taken, maxBytes: this.#options.maxBytes },
@@ -60,7 +84,7 @@ export class SessionMemoryGuard {
       );
       try {
         session.stopForMemory(
-          `the session's processes took ${mebibytes(taken)} of memory, above a session's limit of ${mebibytes(this.#options.maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
+          `the session took ${mebibytes(taken)} of memory (its processes${inTmpfs > 0 ? `, and its files in the node's ${this.#sharedTmpfs.join(", ")}: ${mebibytes(inTmpfs)}` : ""}), above a session's limit of ${mebibytes(this.#options.maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
         );
       } catch (error) {
         this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session over its memory");
@@ -71,10 +95,6 @@ export class SessionMemoryGuard {
   close(): void {
     clearInterval(this.#timer);
   }
-}
-
-function mebibytes(bytes: number): string {
-  return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 }
 
 /**
@@ -101,4 +121,41 @@ export function processMemory(pid: number, how: "resident" | "proportional"): nu
   } catch {
     return 0; // gone meanwhile, or closed to this sandbox
   }
+}
+
+/**
+ * What the files and folders `uid` owns beneath `dir` take (allocated bytes), on its filesystem, links not followed,
+ * entering only folders the uid owns or every user may write to: where it could have made something (as
+ * session-user-files.ts removes them).
+ */
+function ownedBytes(dir: string, uid: number): number {
+  let total = 0;
+  let device: number;
+  try {
+    device = lstatSync(dir).dev;
+  } catch {
+    return 0;
+  }
+  const walk = (at: string): void => {
+    let names: string[];
+    try {
+      names = readdirSync(at);
+    } catch {
+      return; // gone, or not the sandbox's to read
+    }
+    for (const name of names) {
+      const entry = path.join(at, name);
+      let stats: Stats;
+      try {
+        stats = lstatSync(entry);
+      } catch {
+        continue; // gone meanwhile
+      }
+      if (stats.dev !== device) continue;
+      if (stats.uid === uid) total += stats.blocks * 512;
+      if (stats.isDirectory() && (stats.uid === uid || (stats.mode & 0o002) !== 0)) walk(entry);
+    }
+  };
+  walk(dir);
+  return total;
 }
