@@ -5,10 +5,11 @@
 //
 // Each session's processes are found in /proc: those of its uid (the `user` mode), or every process below its
 // harness's first one (under bubblewrap its PID namespace, whose orphans go to the namespace's init, below it; in
-// the `none` mode under the `subreaper` wrapper), or those its container lists (its cgroup in the `none` mode). A file is counted when it is a regular file with no name left
-// (nlink 0) on the disk being guarded: through each descriptor in /proc/<pid>/fd, and each mapping /proc/<pid>/maps
-// marks deleted, through /proc/<pid>/map_files, which the kernel opens only to a sandbox holding CAP_SYS_ADMIN
-// (root); elsewhere a file a session keeps only mapped, its descriptors closed, is not seen.
+// the `none` mode under the `subreaper` wrapper), or those its container lists (its cgroup in the `none` mode). A
+// file is counted when it is a regular file with no name left (nlink 0) on the disk being guarded: through each
+// descriptor in /proc/<pid>/fd, and each mapping /proc/<pid>/maps marks deleted, through /proc/<pid>/map_files,
+// which the kernel opens only to a sandbox holding CAP_SYS_ADMIN (root); elsewhere a file a session keeps only
+// mapped, its descriptors closed, is not seen.
 import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
 import { processesOfSessions, type SessionProcesses } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
@@ -23,9 +24,9 @@ export function heldDeletedFiles(options: {
   sessions: ReadonlyMap<string, SessionProcesses>;
 }): Map<string, Usage> {
   const held = new Map<string, Usage>();
-  for (const [key, pids] of processesOfSessions(options.sessions)) {
+  for (const [key, processes] of processesOfSessions(options.sessions)) {
     const files = new Map<number, number>();
-    for (const pid of pids) {
+    for (const { pid } of processes) {
       for (const stats of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
     }
     let bytes = 0;

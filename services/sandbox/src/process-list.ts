@@ -11,6 +11,23 @@ export interface ListedProcess {
   readonly parent: number;
   /** How many PID namespaces deep it runs (NSpid's count): one more than this sandbox's for a bubblewrap session's. */
   readonly pidNamespaceDepth: number;
+  /** Its resident anonymous and shared memory and its swap, in bytes ({@link residentBytes}). */
+  readonly residentBytes: number;
+}
+
+/**
+ * What a process's /proc/<pid>/status says it holds that the node cannot reclaim without ending it, in bytes: its
+ * resident anonymous and shared (shmem) memory and its swap, each page it shares with another process counted in
+ * both (counters the kernel keeps: reading them costs microseconds).
+ */
+export function residentBytes(status: string): number {
+  return kibibytes(status, "RssAnon") + kibibytes(status, "RssShmem") + kibibytes(status, "VmSwap");
+}
+
+/** A "<field>: <n> kB" line's value in bytes; 0 when there is none. */
+export function kibibytes(text: string, field: string): number {
+  const value = new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(text)?.[1];
+  return value === undefined ? 0 : Number(value) * 1024;
 }
 
 /** Every living process (zombies aside), each status read once; none when /proc cannot be read. */
@@ -35,6 +52,7 @@ export function listProcesses(): ListedProcess[] {
       uid: Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       parent: Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       pidNamespaceDepth: /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1,
+      residentBytes: residentBytes(status),
     });
   }
   return listed;
@@ -49,38 +67,42 @@ export function ownPidNamespaceDepth(): number {
 export type SessionProcesses =
   { readonly uid: number } | { readonly below: number } | { readonly list: () => readonly number[] };
 
-/** Each session's processes now (by key), from one reading of /proc. */
-export function processesOfSessions(sessions: ReadonlyMap<string, SessionProcesses>): Map<string, number[]> {
+/** Each session's living processes now (by key), from one reading of /proc. */
+export function processesOfSessions(sessions: ReadonlyMap<string, SessionProcesses>): Map<string, ListedProcess[]> {
   const processes = listProcesses();
-  const children = new Map<number, number[]>();
+  const byPid = new Map(processes.map((entry) => [entry.pid, entry]));
+  const children = new Map<number, ListedProcess[]>();
   for (const entry of processes) {
     const siblings = children.get(entry.parent);
-    if (siblings === undefined) children.set(entry.parent, [entry.pid]);
-    else siblings.push(entry.pid);
+    if (siblings === undefined) children.set(entry.parent, [entry]);
+    else siblings.push(entry);
   }
-  const below = (root: number): number[] => {
-    const found: number[] = [];
-    const queue = [root];
+  const below = (root: number): ListedProcess[] => {
+    const found: ListedProcess[] = [];
+    const queue = [byPid.get(root)].filter((entry) => entry !== undefined);
     // A pid is visited once: a reused pid cannot make a cycle of the parents read at different moments.
     const seen = new Set<number>();
     while (queue.length > 0) {
-      const pid = queue.pop()!;
-      if (seen.has(pid)) continue;
-      seen.add(pid);
-      found.push(pid);
-      queue.push(...(children.get(pid) ?? []));
+      const entry = queue.pop()!;
+      if (seen.has(entry.pid)) continue;
+      seen.add(entry.pid);
+      found.push(entry);
+      queue.push(...(children.get(entry.pid) ?? []));
     }
     return found;
   };
-  const found = new Map<string, number[]>();
+  const found = new Map<string, ListedProcess[]>();
   for (const [key, owner] of sessions)
     found.set(
       key,
       "uid" in owner
-        ? processes.filter((p) => p.uid === owner.uid).map((p) => p.pid)
+        ? processes.filter((p) => p.uid === owner.uid)
         : "below" in owner
           ? below(owner.below)
-          : [...owner.list()],
+          : owner
+              .list()
+              .map((pid) => byPid.get(pid))
+              .filter((entry) => entry !== undefined),
     );
   return found;
 }

@@ -36,10 +36,10 @@ import {
 import type { Logger } from "@oz0/serving";
 import { collectArtifacts, snapshotInitialState } from "./artifact-collector.js";
 import { bubblewrapLauncher, initPidFromInfoFile } from "./bubblewrap-launcher.js";
-import type { SessionProcesses } from "./process-list.js";
 import type { IsolationName } from "./isolation-choice.js";
 import { MAX_LINE_NESTING, nestingLimitLauncher } from "./line-nesting.js";
 import { landlockLauncher, type Landlock } from "./landlock-launcher.js";
+import type { SessionProcesses } from "./process-list.js";
 import { parentDeathLauncher } from "./parent-death-launcher.js";
 import {
   startLlmForwarding,
@@ -288,10 +288,9 @@ export class SandboxSession {
 
   /**
    * How its processes are found, for the files they hold deleted (held-deleted-files.ts) and the memory they take
-   * (session-memory-guard.ts): by its uid in the `user`
-   * mode, where a process may leave the harness's tree; as its container lists them in the `none` mode (its
-   * cgroup); elsewhere below its first process (under bubblewrap the keeper or bwrap, whose PID namespace keeps
-   * every process of the session below it; the `subreaper` wrapper).
+   * (session-memory-guard.ts): by its uid in the `user` mode, where a process may leave the harness's tree; as its
+   * container lists them in the `none` mode (its cgroup); elsewhere below its first process (under bubblewrap the
+   * keeper or bwrap, whose PID namespace keeps every process of the session below it; the `subreaper` wrapper).
    */
   get processes(): SessionProcesses | undefined {
     if (this.#options.isolation.mode === "user" && this.#user !== undefined) return { uid: this.#user.uid };

@@ -12,10 +12,15 @@
 import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
-import { processesOfSessions, type SessionProcesses } from "./process-list.js";
+import { kibibytes, processesOfSessions, residentBytes, type SessionProcesses } from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
 import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
 
+/**
+ * The most entries of the node's tmpfs places one check looks at: the walk runs on the sandbox's event loop, and a
+ * session making a million empty files there must not stall it (what lies past the budget is not counted).
+ */
+const MAX_WALKED_ENTRIES = 50_000;
 /** statfs's f_type of a tmpfs (linux/magic.h). */
 const TMPFS_MAGIC = 0x01021994;
 
@@ -63,20 +68,20 @@ export class SessionMemoryGuard {
     const owners = new Map<string, SessionProcesses>();
     for (const session of running) if (session.processes !== undefined) owners.set(session.id, session.processes);
     if (owners.size === 0) return;
-    const pids = processesOfSessions(owners);
+    const processes = processesOfSessions(owners);
+    // A `user`-mode session's files in the node's tmpfs places, every such session's in one walk.
+    const uids = new Set([...owners.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
+    const inTmpfsByUid = uids.size > 0 ? ownedBytes(this.#sharedTmpfs, uids) : new Map<number, number>();
     for (const session of running) {
-      const sessionPids = pids.get(session.id) ?? [];
-      // Resident memory first, a few counters the kernel keeps per process (microseconds); it counts each page two
+      const owner = owners.get(session.id);
+      const sessionProcesses = processes.get(session.id) ?? [];
+      const inTmpfs = owner !== undefined && "uid" in owner ? (inTmpfsByUid.get(owner.uid) ?? 0) : 0;
+      // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
       // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
-      // millisecond for a large process) and is read only for a session the first puts above its limit.
-      const owner = session.processes;
-      const inTmpfs =
-        owner !== undefined && "uid" in owner
-          ? this.#sharedTmpfs.reduce((sum, place) => sum + ownedBytes(place, owner.uid), 0)
-          : 0;
-      const resident = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "resident"), inTmpfs);
+      // millisecond for a large process) and is read only for a session the resident figure puts above its limit.
+      const resident = sessionProcesses.reduce((sum, entry) => sum + entry.residentBytes, inTmpfs);
       if (resident <= this.#options.maxBytes) continue;
-      const taken = sessionPids.reduce((sum, pid) => sum + processMemory(pid, "proportional"), inTmpfs);
+      const taken = sessionProcesses.reduce((sum, entry) => sum + processMemory(entry.pid, "proportional"), inTmpfs);
       if (taken <= this.#options.maxBytes) continue;
       this.#options.logger.warn(
         { sessionId: session.id, bytes: taken, maxBytes: this.#options.maxBytes },
@@ -99,44 +104,34 @@ export class SessionMemoryGuard {
 
 /**
  * What the process takes that the node cannot reclaim without ending it, in bytes: its anonymous and shared
- * (shmem) memory and what of it is swapped out, `resident` in full (/proc/<pid>/status), `proportional` as its share
- * of each page it shares with other processes (/proc/<pid>/smaps_rollup; where the kernel gives no Pss_Anon, older
- * ones, as `resident`). 0 when it is gone or not this sandbox's to read.
+ * (shmem) memory and what of it is swapped out, `resident` in full (/proc/<pid>/status, {@link residentBytes}),
+ * `proportional` as its share of each page it shares with other processes (/proc/<pid>/smaps_rollup; where the
+ * kernel gives no Pss_Anon, older ones, as `resident`). 0 when it is gone or not this sandbox's to read.
  */
 export function processMemory(pid: number, how: "resident" | "proportional"): number {
-  const kibibytes = (text: string, field: string): number | undefined => {
-    const value = new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(text)?.[1];
-    return value === undefined ? undefined : Number(value) * 1024;
-  };
   try {
     if (how === "proportional") {
       const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
-      const anon = kibibytes(rollup, "Pss_Anon");
-      if (anon !== undefined) return anon + (kibibytes(rollup, "Pss_Shmem") ?? 0) + (kibibytes(rollup, "SwapPss") ?? 0);
+      if (/^Pss_Anon:/m.test(rollup))
+        return kibibytes(rollup, "Pss_Anon") + kibibytes(rollup, "Pss_Shmem") + kibibytes(rollup, "SwapPss");
     }
-    const status = readFileSync(`/proc/${pid}/status`, "utf8");
-    return (
-      (kibibytes(status, "RssAnon") ?? 0) + (kibibytes(status, "RssShmem") ?? 0) + (kibibytes(status, "VmSwap") ?? 0)
-    );
+    return residentBytes(readFileSync(`/proc/${pid}/status`, "utf8"));
   } catch {
     return 0; // gone meanwhile, or closed to this sandbox
   }
 }
 
 /**
- * What the files and folders `uid` owns beneath `dir` take (allocated bytes), on its filesystem, links not followed,
- * entering only folders the uid owns or every user may write to: where it could have made something (as
- * session-user-files.ts removes them).
+ * For each uid, what the files and folders it owns beneath `places` take (allocated bytes), each place walked once
+ * on its filesystem, links not followed, entering only folders one of the uids owns or may write to (every user,
+ * or its group: a session's gid is its uid), where it could have made something (as session-user-files.ts removes
+ * them).
  */
-function ownedBytes(dir: string, uid: number): number {
-  let total = 0;
-  let device: number;
-  try {
-    device = lstatSync(dir).dev;
-  } catch {
-    return 0;
-  }
-  const walk = (at: string): void => {
+function ownedBytes(places: readonly string[], uids: ReadonlySet<number>): Map<number, number> {
+  const totals = new Map<number, number>();
+  let budget = MAX_WALKED_ENTRIES;
+  const walk = (at: string, device: number): void => {
+    if (budget <= 0) return;
     let names: string[];
     try {
       names = readdirSync(at);
@@ -144,6 +139,7 @@ function ownedBytes(dir: string, uid: number): number {
       return; // gone, or not the sandbox's to read
     }
     for (const name of names) {
+      if (budget-- <= 0) return;
       const entry = path.join(at, name);
       let stats: Stats;
       try {
@@ -152,10 +148,18 @@ function ownedBytes(dir: string, uid: number): number {
         continue; // gone meanwhile
       }
       if (stats.dev !== device) continue;
-      if (stats.uid === uid) total += stats.blocks * 512;
-      if (stats.isDirectory() && (stats.uid === uid || (stats.mode & 0o002) !== 0)) walk(entry);
+      if (uids.has(stats.uid)) totals.set(stats.uid, (totals.get(stats.uid) ?? 0) + stats.blocks * 512);
+      const reachable =
+        uids.has(stats.uid) || (stats.mode & 0o002) !== 0 || ((stats.mode & 0o020) !== 0 && uids.has(stats.gid));
+      if (stats.isDirectory() && reachable) walk(entry, device);
     }
   };
-  walk(dir);
-  return total;
+  for (const place of places) {
+    try {
+      walk(place, lstatSync(place).dev);
+    } catch {
+      // not on this node
+    }
+  }
+  return totals;
 }
