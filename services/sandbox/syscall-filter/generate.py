@@ -17,7 +17,20 @@
 # - the kernel's keyrings (keyctl, add_key, request_key), eBPF (bpf),
 #   performance counters (perf_event_open), userfaultfd and io_uring: large
 #   attack surfaces with a long list of exploits and no use to a session
-#   that a plain system call does not serve (libuv and others fall back).
+#   that a plain system call does not serve (libuv and others fall back);
+# - System V IPC beyond what a program needs to coordinate: a segment of
+#   shared memory above 64 KiB, a set of more than 32 semaphores, any message
+#   queue. Under bubblewrap each session has its own IPC namespace, whose
+#   limits are the kernel's defaults, all but unbounded (kernel.shmall), and
+#   what a segment holds once detached, or a queue or a semaphore set at
+#   all, is memory the node cannot reclaim and no process is charged for:
+#   the memory guard (session-memory-guard.ts) cannot see it, and one
+#   session could take the node's memory from all the others. With these
+#   limits a namespace holds at most 4,096 segments (kernel.shmmni) of
+#   64 KiB, 256 MiB, and 32,000 sets (kernel.semmni) of 32, about 70 MiB.
+#   PostgreSQL's segment is a few hundred bytes (its memory is mmap'd) and
+#   its semaphores POSIX ones on Linux; shared memory between processes is
+#   /dev/shm's or mmap's, which count as the session's.
 #
 # Anything else is allowed. A system call of another architecture (a 32-bit
 # x86 program, x32) kills the process: its numbers are not the ones checked.
@@ -28,6 +41,8 @@ import sys
 import seccomp
 
 CLONE_NEWUSER = 0x10000000
+MAX_SHM_SEGMENT_BYTES = 64 * 1024
+MAX_SEMAPHORES_PER_SET = 32
 
 REFUSED = [
     "setns",
@@ -40,6 +55,7 @@ REFUSED = [
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    "msgget",
 ]
 
 ARCHITECTURES = {"x86_64": seccomp.Arch.X86_64, "aarch64": seccomp.Arch.AARCH64}
@@ -56,6 +72,10 @@ def write_filter(arch, path):
     f.add_rule(refuse, "unshare", new_user)
     f.add_rule(refuse, "clone", new_user)
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    # EINVAL: what the kernel answers a size above kernel.shmmax or a count above SEMMSL.
+    too_large = seccomp.ERRNO(errno.EINVAL)
+    f.add_rule(too_large, "shmget", seccomp.Arg(1, seccomp.GT, MAX_SHM_SEGMENT_BYTES))
+    f.add_rule(too_large, "semget", seccomp.Arg(1, seccomp.GT, MAX_SEMAPHORES_PER_SET))
     for name in REFUSED:
         f.add_rule(refuse, name)
     with open(path, "wb") as out:

@@ -42,8 +42,11 @@ function holdsSysResource(): boolean {
   return ((BigInt(`0x${effective}`) >> 24n) & 1n) === 1n;
 }
 
-/** [number, first argument] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare; no call needs more. */
-const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, [number, number]>>> = {
+/**
+ * [number, ...arguments] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare; for System V IPC
+ * IPC_PRIVATE, a size or a count, IPC_CREAT | 0600 (0o1600).
+ */
+const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number[]>>> = {
   x64: {
     unshareUser: [272, 0x10000000],
     unshareFiles: [272, 0x400],
@@ -54,6 +57,11 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, [numbe
     userfaultfd: [323, 0],
     ioUringSetup: [425, 1],
     clone3: [435, 0],
+    shmgetAtLimit: [29, 0, 65536, 0o1600],
+    shmgetAboveLimit: [29, 0, 65537, 0o1600],
+    semgetAtLimit: [64, 0, 32, 0o1600],
+    semgetAboveLimit: [64, 0, 33, 0o1600],
+    msgget: [68, 0, 0o1600],
   },
   arm64: {
     unshareUser: [97, 0x10000000],
@@ -65,6 +73,11 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, [numbe
     userfaultfd: [282, 0],
     ioUringSetup: [425, 1],
     clone3: [435, 0],
+    shmgetAtLimit: [194, 0, 65536, 0o1600],
+    shmgetAboveLimit: [194, 0, 65537, 0o1600],
+    semgetAtLimit: [190, 0, 32, 0o1600],
+    semgetAboveLimit: [190, 0, 33, 0o1600],
+    msgget: [186, 0, 0o1600],
   },
 };
 
@@ -355,11 +368,12 @@ for (const mode of ["none", "user", "bwrap"] as const) {
 
     // The kernel's surface a session needs none of, refused by the seccomp filter (syscall-filter.ts): a user
     // namespace of its own (where it would hold every capability over what it makes), the keyrings, eBPF,
-    // userfaultfd, io_uring; clone3 answers ENOSYS, on which libraries fall back to clone, which is checked.
+    // userfaultfd, io_uring, System V message queues and shared memory segments or semaphore sets past a small size;
+    // clone3 answers ENOSYS, on which libraries fall back to clone, which is checked.
     // Unfiltered (isolation none), this kernel lets the same uid make a user namespace and answers the others
     // otherwise (EFAULT and the like): the probe's arguments are ones only the filter refuses outright.
     if (mode !== "none")
-      void it("cannot make a user namespace, nor reach the keyrings, eBPF, userfaultfd or io_uring (seccomp)", async () => {
+      void it("cannot make a user namespace, nor reach the keyrings, eBPF, userfaultfd, io_uring or large System V IPC (seccomp)", async () => {
         const numbers = SYSCALL_NUMBERS[process.arch];
         assert.ok(numbers, `no system call numbers for ${process.arch} in this test`);
         const stream = await runToEnd(t.client, scenarioStart({ mode: "probe", syscalls: numbers }));
@@ -376,6 +390,12 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           userfaultfd: "EPERM",
           ioUringSetup: "EPERM",
           clone3: "ENOSYS",
+          // System V IPC within what a program needs to coordinate; past it, memory no process is charged for.
+          shmgetAtLimit: "ok",
+          shmgetAboveLimit: "EINVAL",
+          semgetAtLimit: "ok",
+          semgetAboveLimit: "EINVAL",
+          msgget: "EPERM",
         });
       });
 
