@@ -9,7 +9,8 @@
 // file is counted when it is a regular file with no name left (nlink 0) on the disk being guarded: through each
 // descriptor in /proc/<pid>/fd, and each mapping /proc/<pid>/maps marks deleted, through /proc/<pid>/map_files,
 // which the kernel opens only to a sandbox holding CAP_SYS_ADMIN (root); elsewhere a file a session keeps only
-// mapped, its descriptors closed, is not seen.
+// mapped, its descriptors closed, is not seen. The memory guard reads the same for the files with no name that are
+// memory (session-memory-guard.ts): a memfd, a deleted file of a tmpfs.
 import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
 import { processesOfSessions, type SessionProcesses } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
@@ -27,7 +28,7 @@ export function heldDeletedFiles(options: {
   for (const [key, processes] of processesOfSessions(options.sessions)) {
     const files = new Map<number, number>();
     for (const { pid } of processes) {
-      for (const stats of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
+      for (const { stats } of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
     }
     let bytes = 0;
     for (const blocks of files.values()) bytes += blocks * 512;
@@ -36,8 +37,18 @@ export function heldDeletedFiles(options: {
   return held;
 }
 
-/** The deleted regular files the process holds open or mapped; none when it is gone or closed to this sandbox. */
-function* deletedFilesOf(pid: number): Generator<Stats> {
+/** A deleted regular file a process holds: what stat says of it, and the /proc link that reaches it. */
+export interface HeldFile {
+  readonly stats: Stats;
+  /** /proc/<pid>/fd/<n> or /proc/<pid>/map_files/<range>: statfs through it names the file's filesystem. */
+  readonly link: string;
+}
+
+/**
+ * The deleted regular files the process holds open or mapped (a file held both ways comes twice); none when it is
+ * gone or closed to this sandbox.
+ */
+export function* deletedFilesOf(pid: number): Generator<HeldFile> {
   const deleted = (file: string): Stats | undefined => {
     try {
       // stat follows the magic link to the file itself, named or not.
@@ -48,8 +59,9 @@ function* deletedFilesOf(pid: number): Generator<Stats> {
     }
   };
   for (const fd of entriesOf(`/proc/${pid}/fd`)) {
-    const stats = deleted(`/proc/${pid}/fd/${fd}`);
-    if (stats !== undefined) yield stats;
+    const link = `/proc/${pid}/fd/${fd}`;
+    const stats = deleted(link);
+    if (stats !== undefined) yield { stats, link };
   }
   let maps: string;
   try {
@@ -59,8 +71,9 @@ function* deletedFilesOf(pid: number): Generator<Stats> {
   }
   // "start-end perms offset dev inode path (deleted)": map_files names a mapping by its range, without the 0x.
   for (const match of maps.matchAll(/^([0-9a-f]+-[0-9a-f]+) \S+ \S+ \S+ [1-9]\d* .* \(deleted\)$/gm)) {
-    const stats = deleted(`/proc/${pid}/map_files/${match[1]}`);
-    if (stats !== undefined) yield stats;
+    const link = `/proc/${pid}/map_files/${match[1]}`;
+    const stats = deleted(link);
+    if (stats !== undefined) yield { stats, link };
   }
 }
 

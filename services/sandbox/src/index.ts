@@ -154,7 +154,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       ? detectLandlock()
       : { reason: "not needed: sessions run under bwrap or a uid of their own" };
   // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
-  const killedLeftovers = ((await users?.killLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
+  const killedLeftovers = ((await users?.clearLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   const range = `${uids.base}-${uids.base + uids.count - 1}`;

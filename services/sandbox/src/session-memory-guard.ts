@@ -8,10 +8,13 @@
 //
 // A file in a tmpfs is memory too, charged to no process unless mapped. Under bubblewrap a session writes to none
 // (bubblewrap-mounts.ts); in the `user` mode it shares the node's /dev/shm (a tmpfs everywhere) and /tmp where that
-// is one, so there the files its uid owns in them count with its processes.
+// is one, so there the files its uid owns in them count with its processes, as do the System V segments its uid owns
+// and no process has attached. In every mode the files of memory with no name its processes hold (a memfd, a
+// deleted tmpfs file: held-memory-files.ts) count whole.
 import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
+import { heldMemoryFiles, mappedFromHeld } from "./held-memory-files.js";
 import { kibibytes, processesOfSessions, residentBytes, type SessionProcesses } from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
 import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
@@ -69,32 +72,72 @@ export class SessionMemoryGuard {
     for (const session of running) if (session.processes !== undefined) owners.set(session.id, session.processes);
     if (owners.size === 0) return;
     const processes = processesOfSessions(owners);
-    // A `user`-mode session's files in the node's tmpfs places, every such session's in one walk.
+    // A `user`-mode session's files in the node's tmpfs places and its detached System V segments, every such
+    // session's in one reading.
     const uids = new Set([...owners.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
     const inTmpfsByUid = uids.size > 0 ? ownedBytes(this.#sharedTmpfs, uids) : new Map<number, number>();
+    const detachedByUid = uids.size > 0 ? detachedSegmentBytes(uids) : new Map<number, number>();
+    // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
+    const nodeShmem = meminfoBytes("Shmem");
+    const maxBytes = this.#options.maxBytes;
     for (const session of running) {
       const owner = owners.get(session.id);
-      const sessionProcesses = processes.get(session.id) ?? [];
-      const inTmpfs = owner !== undefined && "uid" in owner ? (inTmpfsByUid.get(owner.uid) ?? 0) : 0;
+      const pids = (processes.get(session.id) ?? []).map((entry) => entry.pid);
+      const uid = owner !== undefined && "uid" in owner ? owner.uid : undefined;
+      const outside = {
+        inTmpfs: uid === undefined ? 0 : (inTmpfsByUid.get(uid) ?? 0),
+        detached: uid === undefined ? 0 : (detachedByUid.get(uid) ?? 0),
+        held: 0,
+        heldFiles: 0,
+      };
       // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
       // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
-      // millisecond for a large process) and is read only for a session the resident figure puts above its limit.
-      const resident = sessionProcesses.reduce((sum, entry) => sum + entry.residentBytes, inTmpfs);
-      if (resident <= this.#options.maxBytes) continue;
-      const taken = sessionProcesses.reduce((sum, entry) => sum + processMemory(entry.pid, "proportional"), inTmpfs);
-      if (taken <= this.#options.maxBytes) continue;
+      // millisecond for a large process) and is read only for a session the cheaper figures put above its limit.
+      let resident = (processes.get(session.id) ?? []).reduce(
+        (sum, entry) => sum + entry.residentBytes,
+        outside.inTmpfs + outside.detached,
+      );
+      // Files with no name that are memory (a memfd written and not mapped): looked for only when the node's
+      // shared memory could take the session above its limit.
+      let held = new Map<string, number>();
+      if (resident + nodeShmem > maxBytes) {
+        held = heldMemoryFiles(pids);
+        for (const bytes of held.values()) outside.held += bytes;
+        outside.heldFiles = held.size;
+        resident += outside.held;
+      }
+      if (resident <= maxBytes) continue;
+      const taken = pids.reduce(
+        (sum, pid) => sum + processMemory(pid, "proportional") - (held.size > 0 ? mappedFromHeld(pid, held) : 0),
+        outside.inTmpfs + outside.detached + outside.held,
+      );
+      if (taken <= maxBytes) continue;
       this.#options.logger.warn(
-        { sessionId: session.id, bytes: taken, maxBytes: this.#options.maxBytes },
+        { sessionId: session.id, bytes: taken, maxBytes },
         "session stopped: it took more memory than a session may",
       );
       try {
         session.stopForMemory(
-          `the session took ${mebibytes(taken)} of memory (its processes${inTmpfs > 0 ? `, and its files in the node's ${this.#sharedTmpfs.join(", ")}: ${mebibytes(inTmpfs)}` : ""}), above a session's limit of ${mebibytes(this.#options.maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
+          `the session took ${mebibytes(taken)} of memory (${this.#describe(outside)}), above a session's limit of ${mebibytes(maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
         );
       } catch (error) {
         this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session over its memory");
       }
     }
+  }
+
+  /** Where a stopped session's memory was, beside its processes'. */
+  #describe(outside: { inTmpfs: number; detached: number; held: number; heldFiles: number }): string {
+    const parts = ["its processes"];
+    if (outside.held > 0)
+      parts.push(
+        `${outside.heldFiles} ${outside.heldFiles === 1 ? "file" : "files"} of memory with no name they hold (memfd, deleted tmpfs files): ${mebibytes(outside.held)}`,
+      );
+    if (outside.inTmpfs > 0)
+      parts.push(`its files in the node's ${this.#sharedTmpfs.join(", ")}: ${mebibytes(outside.inTmpfs)}`);
+    if (outside.detached > 0)
+      parts.push(`System V shared memory segments it detached from: ${mebibytes(outside.detached)}`);
+    return parts.length === 1 ? parts[0]! : `${parts.slice(0, -1).join(", ")}, and ${parts.at(-1)}`;
   }
 
   close(): void {
@@ -160,6 +203,40 @@ function ownedBytes(places: readonly string[], uids: ReadonlySet<number>): Map<n
     } catch {
       // not on this node
     }
+  }
+  return totals;
+}
+
+/** A /proc/meminfo field in bytes; 0 where it cannot be read. */
+function meminfoBytes(field: string): number {
+  try {
+    return kibibytes(readFileSync("/proc/meminfo", "utf8"), field);
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * For each uid, what the System V shared memory segments it owns that no process has attached take (resident and
+ * swapped out; an attached segment's pages count with the processes mapping it), from /proc/sysvipc/shm: the node's
+ * IPC namespace, which `user`-mode sessions share (a bubblewrap session's is its own, and its segments small:
+ * syscall-filter/generate.py).
+ */
+function detachedSegmentBytes(uids: ReadonlySet<number>): Map<number, number> {
+  const totals = new Map<number, number>();
+  let table: string[];
+  try {
+    table = readFileSync("/proc/sysvipc/shm", "utf8").trim().split("\n");
+  } catch {
+    return totals;
+  }
+  const columns = (table[0] ?? "").trim().split(/\s+/);
+  const [nattch, uid, rss, swap] = ["nattch", "uid", "rss", "swap"].map((name) => columns.indexOf(name));
+  for (const line of table.slice(1)) {
+    const row = line.trim().split(/\s+/);
+    const owner = Number(row[uid!]);
+    if (row[nattch!] !== "0" || !uids.has(owner)) continue;
+    totals.set(owner, (totals.get(owner) ?? 0) + Number(row[rss!] ?? 0) + Number(row[swap!] ?? 0));
   }
   return totals;
 }

@@ -9,6 +9,7 @@
 // delete a node file. As the uid, the worst a swap can do is what the uid
 // could do itself. Root then removes only the emptied top directories, whose
 // parents root owns.
+import { readFileSync } from "node:fs";
 import { chmod, lchown, readdir, rmdir } from "node:fs/promises";
 import path from "node:path";
 import { runAsSessionUser } from "./session-user-helper.js";
@@ -52,6 +53,35 @@ export async function removeAsUser(dirs: readonly string[], user: SessionUser): 
 /** The node's places every user may write to, which a session of the `user` mode shares with the node. */
 export const SHARED_WRITABLE_PLACES: readonly string[] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"];
 
+/** The node's System V IPC tables (/proc/sysvipc/<name>) and their columns of the owner's and the creator's uid. */
+const SYSTEM_V_TABLES = [
+  { name: "shm", owner: 7, creator: 9 },
+  { name: "sem", owner: 4, creator: 6 },
+  { name: "msg", owner: 7, creator: 9 },
+] as const;
+
+/**
+ * The uids of `range` that own or made a System V shared memory segment, semaphore set or message queue in the
+ * sandbox's IPC namespace (the node's, which `user`-mode sessions share): what sessions of a killed sandbox left.
+ */
+export function uidsWithSystemVObjects(range: { base: number; count: number }): Set<number> {
+  const found = new Set<number>();
+  for (const { name, owner, creator } of SYSTEM_V_TABLES) {
+    let rows: string[];
+    try {
+      rows = readFileSync(`/proc/sysvipc/${name}`, "utf8").trim().split("\n").slice(1);
+    } catch {
+      continue; // no System V IPC in this kernel
+    }
+    for (const row of rows) {
+      const fields = row.trim().split(/\s+/);
+      for (const uid of [Number(fields[owner]), Number(fields[creator])])
+        if (uid >= range.base && uid < range.base + range.count) found.add(uid);
+    }
+  }
+  return found;
+}
+
 /**
  * Run as the uid: removes, beneath each folder given (on its filesystem, links not followed, entering only folders
  * the uid owns or may write to: where it could have made something), every file and folder the uid owns, and every System V shared memory segment, semaphore set and message queue it owns or made (perl's
@@ -82,7 +112,7 @@ sub sweep {
   }
 }
 for my $top (@ARGV) { my @st = lstat $top or next; sweep($top, $st[0]) if -d _ }
-for my $kind (["shm", 7, 9], ["sem", 4, 6], ["msg", 7, 9]) {
+for my $kind (${SYSTEM_V_TABLES.map(({ name, owner, creator }) => `["${name}", ${owner}, ${creator}]`).join(", ")}) {
   my ($name, $owner, $creator) = @$kind;
   open(my $table, "<", "/proc/sysvipc/$name") or next;
   <$table>;

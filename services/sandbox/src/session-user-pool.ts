@@ -18,7 +18,7 @@ import net from "node:net";
 import type { Logger } from "@oz0/serving";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { SandboxError } from "./sandbox-errors.js";
-import { removeUidLeftovers } from "./session-user-files.js";
+import { removeUidLeftovers, uidsWithSystemVObjects } from "./session-user-files.js";
 import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
 
 function holdName(uid: number): string {
@@ -203,23 +203,28 @@ export class SessionUserPool {
   }
 
   /**
-   * Kills the processes a previous sandbox left under uids of the range (it
-   * was killed, and only the harnesses themselves died with it), except under
-   * uids another live sandbox holds. Returns how many uids it cleared.
+   * Clears what a previous sandbox left under uids of the range (it was killed, and only the harnesses themselves
+   * died with it): their processes, and, where sessions share the node's places (not under bubblewrap), their files
+   * there and their System V IPC objects, which would hold memory and the node's few IPC ids until the uid is next
+   * taken. Uids another live sandbox holds are left alone. Returns how many uids it cleared.
    */
-  async killLeftovers(): Promise<number> {
+  async clearLeftovers(): Promise<number> {
     let cleared = 0;
-    for (const [uid, { inOwnPidNamespace }] of uidsWithProcesses(this.range)) {
+    const withProcesses = uidsWithProcesses(this.range);
+    const withObjects = this.#contained ? new Set<number>() : uidsWithSystemVObjects(this.range);
+    for (const uid of new Set([...withProcesses.keys(), ...withObjects])) {
       if (this.#held.has(uid)) continue;
       const server = await tryHold(uid);
       if (server === undefined) continue; // another sandbox's running session
       // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
       // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
-      if (!inOwnPidNamespace && (await keptByKeeper(uid))) {
+      if (withProcesses.get(uid)?.inOwnPidNamespace !== true && (await keptByKeeper(uid))) {
         await closeHold(server);
         continue;
       }
-      await this.killAll({ uid, gid: uid });
+      const user = { uid, gid: uid };
+      if (this.#contained) await this.killAll(user);
+      else await this.#clean(user);
       await closeHold(server);
       cleared++;
     }

@@ -2,8 +2,8 @@
 // same uid), given back when the last session under one ends, and never
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import net from "node:net";
 import { describe, it } from "node:test";
 import { createLogger } from "@oz0/serving";
@@ -73,6 +73,15 @@ async function inPidNamespaceAs(uid: number): Promise<number> {
   return inner!;
 }
 
+/** The ids in one of the node's System V IPC tables (/proc/sysvipc/shm, sem). */
+function systemVIds(table: "shm" | "sem"): number[] {
+  return readFileSync(`/proc/sysvipc/${table}`, "utf8")
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((row) => Number(row.trim().split(/\s+/)[1]));
+}
+
 void describe("session uids", { skip }, () => {
   void it("hands out each uid to one holder on the host at a time, and again once released", async () => {
     const range = { base: BASE, count: 2 };
@@ -127,7 +136,7 @@ void describe("session uids", { skip }, () => {
     const leftover = processAs(freeUid);
     await until(() => runningAs(alive, running.uid) && runningAs(leftover, freeUid), "both run as their uids");
     const starting = new SessionUserPool({ range, logger });
-    assert.equal(await starting.killLeftovers(), 1);
+    assert.equal(await starting.clearLeftovers(), 1);
     await until(() => !processAlive(leftover), "the leftover was killed");
     assert.equal(processAlive(alive), true, "another sandbox's session was left alone");
     await running.release();
@@ -142,7 +151,7 @@ void describe("session uids", { skip }, () => {
     const leftover = processAs(uid);
     try {
       await until(() => runningAs(leftover, uid), "the leftover runs as its uid");
-      assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).killLeftovers(), 1);
+      assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
       await until(() => !processAlive(leftover), "the leftover was killed");
     } finally {
       kept.close();
@@ -159,7 +168,7 @@ void describe("session uids", { skip }, () => {
     const session = await inPidNamespaceAs(uid);
     try {
       const another = new SessionUserPool({ range, logger });
-      assert.equal(await another.killLeftovers(), 0);
+      assert.equal(await another.clearLeftovers(), 0);
       await assert.rejects(another.acquire(), (error: unknown) => error instanceof SandboxError);
       assert.equal(processAlive(session), true, "another sandbox neither killed it nor handed its uid out");
 
@@ -185,5 +194,36 @@ void describe("session uids", { skip }, () => {
       kept.close();
       if (processAlive(session)) process.kill(session, "SIGKILL");
     }
+  });
+  void it("at start-up removes what a uid nobody holds left in the node's shared places: files, System V IPC", async () => {
+    // As a session of a killed sandbox leaves them: made by its uid, which then runs nothing. Until the uid is next
+    // taken they would hold memory (a segment, a file in /dev/shm) and some of the node's few System V ids.
+    const uid = BASE + 1;
+    const made = spawnSync(
+      findSetpriv()!,
+      [
+        ...setprivUserArgs({ uid, gid: uid }),
+        "--",
+        // Debian's: a python3 first on PATH may be in root's home (pyenv), closed to the uid.
+        "/usr/bin/python3",
+        "-c",
+        [
+          "import ctypes, json, os",
+          "libc = ctypes.CDLL(None, use_errno=True)",
+          "shm, sem = libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600)",
+          "file = '/dev/shm/oz0-left-%d' % os.getpid()",
+          "open(file, 'w').write('x')",
+          "print(json.dumps({'shm': shm, 'sem': sem, 'file': file}))",
+        ].join("\n"),
+      ],
+      { encoding: "utf8" },
+    );
+    assert.equal(made.status, 0, made.stderr);
+    const left = JSON.parse(made.stdout) as { shm: number; sem: number; file: string };
+    assert.ok(systemVIds("shm").includes(left.shm) && systemVIds("sem").includes(left.sem) && existsSync(left.file));
+    assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
+    assert.equal(systemVIds("shm").includes(left.shm), false, "the segment was removed");
+    assert.equal(systemVIds("sem").includes(left.sem), false, "the semaphore set was removed");
+    assert.equal(existsSync(left.file), false, "the file in /dev/shm was removed");
   });
 });

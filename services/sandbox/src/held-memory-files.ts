@@ -1,0 +1,71 @@
+// Memory a session holds as files with no name: a memfd (memfd_create), a file of a tmpfs it deleted while it kept
+// it open or mapped, a shared anonymous mapping's pages. Such a file is memory the node cannot reclaim while one
+// descriptor or mapping of it is left, and no process is charged for what of it is not mapped: a process that
+// writes a gigabyte into a memfd and keeps only its descriptor has a resident size of a few megabytes. The memory
+// guard (session-memory-guard.ts) adds each such file once, whole, to what the session's processes take, in place
+// of their share of the pages of it they map (which the kernel's figures count).
+//
+// The files are found as the disk guard finds the deleted files a session holds (held-deleted-files.ts): through
+// each descriptor, and each mapping the kernel marks deleted where the sandbox may open /proc/<pid>/map_files
+// (root); elsewhere a memfd kept only mapped counts as the pages mapped from it.
+import { readFileSync, statfsSync } from "node:fs";
+import { deletedFilesOf } from "./held-deleted-files.js";
+
+/** statfs's f_type of the filesystems whose files are memory (linux/magic.h): tmpfs (memfd's too), hugetlbfs, ramfs. */
+const MEMORY_FILESYSTEMS = new Set([0x01021994, 0x958458f6, 0x858458f6]);
+
+/** The memory-backed files with no name the processes hold: allocated bytes by `<st_dev>:<st_ino>`, each file once. */
+export function heldMemoryFiles(pids: Iterable<number>): Map<string, number> {
+  const files = new Map<string, number>();
+  const memoryDevices = new Map<number, boolean>();
+  for (const pid of pids)
+    for (const { stats, link } of deletedFilesOf(pid)) {
+      const key = `${stats.dev}:${stats.ino}`;
+      if (files.has(key)) continue;
+      let memory = memoryDevices.get(stats.dev);
+      if (memory === undefined) {
+        try {
+          memory = MEMORY_FILESYSTEMS.has(statfsSync(link).type);
+        } catch {
+          continue; // closed meanwhile: asked again through the next link of that filesystem
+        }
+        memoryDevices.set(stats.dev, memory);
+      }
+      if (memory && stats.blocks > 0) files.set(key, stats.blocks * 512);
+    }
+  return files;
+}
+
+/**
+ * What of the process's proportional figure (smaps_rollup's Pss_Shmem and SwapPss) comes from its mappings of the
+ * `held` files, in bytes: what the guard takes off before it adds those files whole. 0 when it is gone or closed.
+ */
+export function mappedFromHeld(pid: number, held: ReadonlyMap<string, number>): number {
+  let smaps: string;
+  try {
+    smaps = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return 0;
+  }
+  let total = 0;
+  // Each mapping: "start-end perms offset major:minor inode path", then its "Field: n kB" lines.
+  for (const mapping of smaps.matchAll(
+    /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ ([0-9a-f]+):([0-9a-f]+) (\d+) [^\n]*\n((?:[A-Z][^\n]*\n)*)/gm,
+  )) {
+    const [, major, minor, inode, fields] = mapping;
+    if (!held.has(`${deviceNumber(parseInt(major!, 16), parseInt(minor!, 16))}:${inode}`)) continue;
+    const field = (name: string): number =>
+      Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, "m").exec(fields!)?.[1] ?? 0) * 1024;
+    // A private mapping's pages the process wrote are its own (anonymous): they stay in its figure.
+    total += Math.max(0, field("Pss") - field("Anonymous")) + field("SwapPss");
+  }
+  return total;
+}
+
+/** st_dev as glibc's makedev encodes a device's major and minor numbers (what Node's stat gives). */
+function deviceNumber(major: number, minor: number): number {
+  // (major & 0xfff) << 8 | (major & 0xfffff000) << 32 | (minor & 0xff) | (minor & 0xffffff00) << 12, in doubles.
+  return (
+    (major & 0xfff) * 2 ** 8 + (major - (major & 0xfff)) * 2 ** 32 + (minor & 0xff) + (minor - (minor & 0xff)) * 2 ** 12
+  );
+}
