@@ -61,7 +61,7 @@ import {
   type SessionPaths,
 } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
-import { oomFirstLauncher } from "./session-oom-score.js";
+import { yieldingLauncher } from "./session-precedence.js";
 import { sessionUserLauncher } from "./session-user-launcher.js";
 import { keptHoldName, type SessionUserLease } from "./session-user-pool.js";
 import type { SessionUser } from "./session-user-processes.js";
@@ -495,10 +495,10 @@ export class SandboxSession {
           : {}),
       });
     }
-    // Under its keeper the harness gets its OOM score from the keeper, before its exec.
+    // Under its keeper the harness gets its OOM score and nice value from the keeper, before its exec.
     const started = launcher ?? processGroupLauncher();
     const host = this.#startHost({
-      launcher: keep !== undefined ? started : oomFirstLauncher(started),
+      launcher: keep !== undefined ? started : yieldingLauncher(started),
       env,
       request: harnessRequest,
     });

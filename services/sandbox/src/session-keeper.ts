@@ -45,7 +45,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { Readable, Writable } from "node:stream";
-import { SESSION_OOM_SCORE_ADJ } from "./session-oom-score.js";
+import { SESSION_NICE, SESSION_OOM_SCORE_ADJ } from "./session-precedence.js";
 import { systemCommand } from "./system-command.js";
 
 /**
@@ -95,8 +95,10 @@ pipe(my $fromErr, my $harnessErr) or do { print STDERR "oz0 keeper: pipe failed:
 if ($cwd ne "") { chdir $cwd or do { print STDERR "oz0 keeper: cannot enter $cwd: $!\n"; POSIX::_exit(125) } }
 my $harness = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
 if ($harness == 0) {
-  # The OOM killer's first choice, before anything of the session runs (session-oom-score.ts); the keeper keeps its own.
+  # The OOM killer's first choice and a low CPU priority, before anything of the session runs (session-precedence.ts);
+  # the keeper keeps its own.
   if (open(my $adj, ">", "/proc/self/oom_score_adj")) { print $adj "${SESSION_OOM_SCORE_ADJ}\n"; close $adj }
+  setpriority(0, 0, ${SESSION_NICE});
   open(STDIN, "<&", $harnessIn); open(STDOUT, ">&", $harnessOut); open(STDERR, ">&", $harnessErr);
   # Through fds no file holds, so placing one at 3 + i never closes another still to be placed.
   POSIX::dup2(fileno($extra[$_]), 100 + $_) for 0 .. $#extra;

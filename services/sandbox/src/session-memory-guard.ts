@@ -4,7 +4,7 @@
 // memory, swapped out or not, each page shared between processes counted once across them (the kernel's
 // proportional set size, /proc/<pid>/smaps_rollup). A session above its limit is stopped at once (`memory_limit`),
 // saying how much it took. Best effort: what a session allocates between two checks lands, and the OOM killer,
-// which takes sessions' processes first (session-oom-score.ts), is what holds the node meanwhile.
+// which takes sessions' processes first (session-precedence.ts), is what holds the node meanwhile.
 //
 // A file in a tmpfs is memory too, charged to no process unless mapped. Under bubblewrap a session writes to none
 // (bubblewrap-mounts.ts); in the `user` mode it shares the node's /dev/shm (a tmpfs everywhere) and /tmp where that

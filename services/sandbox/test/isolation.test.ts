@@ -165,6 +165,8 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         uids: number[];
         oomScoreAdj: string;
         oomLowered: string;
+        nice: number;
+        niceLowered: string;
       };
       assert.equal(dump.writes["hello.txt"], "ok", "the working directory is writable");
       // Under a uid of its own where the sandbox is root (the user mode; bubblewrap too): never uid 0 of the node.
@@ -176,8 +178,11 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         assert.deepEqual(dump.uids, [uid, uid, uid, uid]);
         assert.equal(dump.capBnd, "0000000000000000", "no capability can be gained back");
       }
-      // The OOM killer takes a session's processes first, never the sandbox.
+      // The OOM killer takes a session's processes first, never the sandbox; the scheduler gives the sandbox ten
+      // times a session process's weight. Only a root sandbox's `none` session holds CAP_SYS_NICE, to undo it.
       assert.equal(dump.oomScoreAdj, "1000");
+      assert.equal(dump.nice, 10);
+      assert.equal(dump.niceLowered, mode === "none" && process.getuid?.() === 0 ? "ok" : "ERROR EACCES");
       assert.doesNotMatch(JSON.stringify(dump.env), new RegExp(NEEDLE));
       assert.equal(dump.env.OZ0_INTERNAL_TOKEN, undefined);
       assert.equal(dump.env.ANTHROPIC_API_KEY, "session-token-1");
