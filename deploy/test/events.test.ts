@@ -23,6 +23,7 @@ import {
   declaredReplicas,
   matchesSelector,
   ports,
+  quantityBytes,
   urlService,
   workloads,
   type Any,
@@ -58,26 +59,6 @@ export function workloadFindings(objects: K8sObject[]): string[] {
       findings.push(`HorizontalPodAutoscaler ${hpa.metadata.name} scales events (${ref.kind}/${ref.name})`);
   }
   return findings;
-}
-
-/** Byte count of a Kubernetes quantity like 10Gi or 500M (enough for storage requests). */
-function bytes(quantity: unknown): number {
-  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$/.exec(String(quantity ?? ""));
-  if (!m) return Number.NaN;
-  const unit: Record<string, number> = {
-    "": 1,
-    Ki: 2 ** 10,
-    Mi: 2 ** 20,
-    Gi: 2 ** 30,
-    Ti: 2 ** 40,
-    Pi: 2 ** 50,
-    k: 1e3,
-    M: 1e6,
-    G: 1e9,
-    T: 1e12,
-    P: 1e15,
-  };
-  return Number(m[1]) * unit[m[2] ?? ""]!;
 }
 
 /** OZ0_EVENTS_DATA on a per-pod claim, writable by the service's uid/gid, kept when the StatefulSet goes. */
@@ -123,7 +104,7 @@ export function outboxFindings(objects: K8sObject[]): string[] {
         `claim template ${mount.name} access modes ${JSON.stringify(modes)}: one pod writes it (ReadWriteOnce)`,
       );
     }
-    const size = bytes(template.spec?.resources?.requests?.storage);
+    const size = quantityBytes(template.spec?.resources?.requests?.storage);
     if (!(size >= 2 ** 30))
       findings.push(
         `claim template ${mount.name} requests ${String(template.spec?.resources?.requests?.storage)}: at least 1Gi expected`,

@@ -11,9 +11,13 @@ import { hasModel, objectMeta, unknownFields, unknownFieldsAs, validateWithModel
 import { id, k8sDir, overlayDirs, render, renderer, type K8sObject } from "./support/render.js";
 import {
   allContainers,
+  container,
+  containerEnv,
   matchesSelector,
   mountableVolumes,
+  quantityBytes,
   secretRefs,
+  workload,
   workloads,
   type Any,
 } from "./support/workloads.js";
@@ -214,6 +218,15 @@ for (const dir of overlayDirs()) {
             );
         }
       }
+    });
+
+    // Past the data emptyDir's sizeLimit the kubelet evicts the sandbox pod with every session; the disk guard stops
+    // the session filling it first only if it is told the same limit.
+    void it("tells the sandbox's disk guard its data volume's sizeLimit", () => {
+      const sandbox = workload(objects, "sandbox");
+      const limit = sandbox.pod.volumes?.find((v: Any) => v.name === "data")?.emptyDir?.sizeLimit;
+      const env = containerEnv(objects, container(sandbox.pod, "sandbox"));
+      assert.equal(Number(env.OZ0_SANDBOX_DISK_LIMIT_BYTES), quantityBytes(limit), `sizeLimit ${limit}`);
     });
 
     void it("puts every namespaced object in the oz0 namespace", () => {

@@ -224,3 +224,23 @@ export function rulePortsAdmit(ports: Any[] | undefined, port: number): boolean 
       (p.port === undefined || typeof p.port === "string" || (p.port <= port && port <= (p.endPort ?? p.port))),
   );
 }
+
+/** Byte count of a Kubernetes quantity like 10Gi or 500M (enough for storage requests and sizeLimits). */
+export function quantityBytes(quantity: unknown): number {
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$/.exec(String(quantity ?? ""));
+  if (!m) return Number.NaN;
+  const unit: Record<string, number> = {
+    "": 1,
+    Ki: 2 ** 10,
+    Mi: 2 ** 20,
+    Gi: 2 ** 30,
+    Ti: 2 ** 40,
+    Pi: 2 ** 50,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    P: 1e15,
+  };
+  return Number(m[1]) * unit[m[2] ?? ""]!;
+}

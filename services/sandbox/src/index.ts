@@ -243,6 +243,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxSessions,
     minFreeDiskBytes: config.minFreeDiskBytes,
     minFreeDiskFiles: config.minFreeDiskFiles,
+    diskLimitBytes: config.diskLimitBytes,
     ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
     maxSessionMemoryBytes: config.maxSessionMemoryBytes,
     ...(config.memoryCheckMs !== undefined ? { memoryCheckMs: config.memoryCheckMs } : {}),

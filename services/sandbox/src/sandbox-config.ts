@@ -63,6 +63,12 @@ export interface SandboxConfig {
   minFreeDiskBytes?: number;
   /** The same for files, inodes (OZ0_SANDBOX_MIN_FREE_FILES). Default 100,000, or a twentieth of the filesystem's when less. */
   minFreeDiskFiles?: number;
+  /**
+   * The most the sandbox root may hold, in bytes (OZ0_SANDBOX_DISK_LIMIT_BYTES): a Kubernetes emptyDir's sizeLimit,
+   * past which the kubelet evicts the pod with every session. The floor then applies to what it leaves too. Default:
+   * none (0), the filesystem's free space the only bound.
+   */
+  diskLimitBytes?: number;
   /** Between checks of that free space (OZ0_SANDBOX_DISK_CHECK_MS). Default 1000. */
   diskCheckMs?: number;
   /**
@@ -264,6 +270,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     syscallFilter: envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", SYSCALL_FILTER_SETTINGS) ?? "auto",
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
     minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
+    diskLimitBytes: envInteger(env, "OZ0_SANDBOX_DISK_LIMIT_BYTES", { min: 0, unit: "bytes (0: no limit)" }),
     diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),
     maxSessionMemoryBytes: envInteger(env, "OZ0_SESSION_MAX_MEMORY_BYTES", {
       min: 0,

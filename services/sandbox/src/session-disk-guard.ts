@@ -19,6 +19,16 @@
 // counts with its directories (held-deleted-files.ts). Best effort: what a
 // session writes between two checks lands, which is what the floor is for;
 // a filesystem of the sessions' own is the bound no session can pass.
+//
+// Where the root may hold less than its filesystem has free (a Kubernetes
+// emptyDir's sizeLimit, past which the kubelet evicts the pod and every
+// session with it), OZ0_SANDBOX_DISK_LIMIT_BYTES says how much: what the
+// root holds (du, the kubelet's own measure) counts against it, and the
+// floor applies to what the limit leaves as to what the filesystem has. du
+// of the whole root is slow where sessions hold many files, so it runs at
+// most a twentieth of the time; in between, what the filesystem lost since
+// counts as the root's (an overestimate where others write to it too), and
+// only a fresh measure within twice the floor stops anyone.
 import { execFile } from "node:child_process";
 import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
@@ -63,6 +73,11 @@ export interface SessionDiskGuardOptions {
   minFreeBytes: number | undefined;
   /** The same for files (inodes: a session making millions of empty files fills a disk too); undefined: DEFAULT_MIN_FREE_FILES or a twentieth. */
   minFreeFiles?: number | undefined;
+  /**
+   * The most the root may hold (OZ0_SANDBOX_DISK_LIMIT_BYTES: a Kubernetes emptyDir's sizeLimit); undefined or 0: what
+   * its filesystem has free is the only bound. With it the floors' defaults are a twentieth of the limit when that is less.
+   */
+  limitBytes?: number | undefined;
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
   sessions: () => Iterable<GuardedSession>;
@@ -75,8 +90,12 @@ export class SessionDiskGuard {
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
   #checking = false;
-  /** What statfs said last; undefined before, and after a statfs that failed (no refusal on a guess). */
+  /** What statfs said last, or the limit left when that is less; undefined before, and after a statfs that failed (no refusal on a guess). */
   #free: Usage | undefined;
+  /** Whether #free.bytes is what the limit leaves rather than what the filesystem has. */
+  #freeUnderLimit = false;
+  /** The root's last measure against the limit: what it held, what the filesystem had free then, when, and how long du took. */
+  #root: { used: number; fsFree: number; at: number; tookMs: number } | undefined;
   readonly #floor: Usage;
   /** Each running session's first measure within twice the floor; emptied once there is room again. */
   readonly #baseline = new Map<string, Usage>();
@@ -110,7 +129,9 @@ export class SessionDiskGuard {
     const free = this.#free;
     if (free === undefined) return undefined;
     if (free.bytes < this.#floor.bytes * times)
-      return `this node's disk has ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`;
+      return this.#freeUnderLimit
+        ? `this sandbox's disk limit of ${mebibytes(this.#options.limitBytes!)} (OZ0_SANDBOX_DISK_LIMIT_BYTES) leaves ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`
+        : `this node's disk has ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`;
     if (free.files < this.#floor.files * times)
       return `this node's disk has room for ${free.files} more files, below its floor of ${this.#floor.files} (OZ0_SANDBOX_MIN_FREE_FILES)`;
     return undefined;
@@ -143,12 +164,20 @@ export class SessionDiskGuard {
 
   async #check(): Promise<void> {
     const fs = await statfs(this.#options.root);
-    // Defaults shrink to a twentieth of a small filesystem; one that counts no inodes (btrfs says 0) has no file floor.
+    const limit = this.#options.limitBytes || undefined;
+    // Defaults shrink to a twentieth of a small filesystem (or limit); one that counts no inodes (btrfs says 0) has no
+    // file floor.
     if (this.#options.minFreeBytes === undefined)
-      this.#floor.bytes = Math.min(DEFAULT_MIN_FREE_BYTES, Math.floor((fs.blocks * fs.bsize) / 20));
+      this.#floor.bytes = Math.min(
+        DEFAULT_MIN_FREE_BYTES,
+        Math.floor(Math.min(fs.blocks * fs.bsize, limit ?? Infinity) / 20),
+      );
     if (this.#options.minFreeFiles === undefined)
       this.#floor.files = Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(fs.files / 20));
-    this.#free = { bytes: fs.bavail * fs.bsize, files: fs.files === 0 ? Infinity : fs.ffree };
+    const fsFree = fs.bavail * fs.bsize;
+    const limitFree = limit === undefined ? Infinity : await this.#leftUnderLimit(limit, fsFree);
+    this.#freeUnderLimit = limitFree < fsFree;
+    this.#free = { bytes: Math.min(fsFree, limitFree), files: fs.files === 0 ? Infinity : fs.ffree };
     if (this.#shortfall(2) === undefined) {
       if (this.#warned) this.#options.logger.info({ free: this.#free }, "the node's disk has room again");
       this.#warned = false;
@@ -217,6 +246,26 @@ export class SessionDiskGuard {
         this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session filling the disk");
       }
     }
+  }
+
+  /**
+   * What the limit leaves: measured afresh (du of the root) at the first check, within twice the floor, and when the
+   * last measure is older than twenty times what it took (du at most a twentieth of the time); otherwise the last
+   * measure, less what the filesystem lost since. A root du cannot measure in time counts as measured before.
+   */
+  async #leftUnderLimit(limit: number, fsFree: number): Promise<number> {
+    const last = this.#root;
+    const estimate = last === undefined ? undefined : limit - last.used - Math.max(0, last.fsFree - fsFree);
+    const due =
+      last === undefined ||
+      estimate! < this.#floor.bytes * 2 ||
+      Date.now() - last.at >= Math.max(this.#options.intervalMs ?? 1000, 20 * last.tookMs);
+    if (!due) return estimate!;
+    const started = Date.now();
+    const used = (await directoryUsage([this.#options.root]))?.bytes;
+    if (used === undefined) return estimate ?? limit;
+    this.#root = { used, fsFree, at: Date.now(), tookMs: Date.now() - started };
+    return limit - used;
   }
 
   close(): void {

@@ -50,6 +50,8 @@ export interface SessionRegistryOptions {
   minFreeDiskBytes: number | undefined;
   /** The same for files (inodes). */
   minFreeDiskFiles?: number | undefined;
+  /** The most the root may hold (a Kubernetes emptyDir's sizeLimit); undefined or 0: no limit but its filesystem's. */
+  diskLimitBytes?: number | undefined;
   /** Between the disk guard's checks; default 1000 ms. */
   diskCheckMs?: number;
   /** The most memory a session may take (session-memory-guard.ts); undefined or 0: no limit. */
@@ -144,6 +146,7 @@ export class SessionRegistry {
       root: options.root,
       minFreeBytes: options.minFreeDiskBytes,
       minFreeFiles: options.minFreeDiskFiles,
+      limitBytes: options.diskLimitBytes,
       ...(options.diskCheckMs !== undefined ? { intervalMs: options.diskCheckMs } : {}),
       sessions: () => this.#sessions.values(),
       logger: options.logger,

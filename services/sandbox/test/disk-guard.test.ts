@@ -95,6 +95,70 @@ for (const isolation of MODES)
       },
     );
 
+// A Kubernetes emptyDir's sizeLimit: past it the kubelet evicts the pod and every session with it, however much the
+// node's disk has free. The floor applies to what the limit leaves.
+// Bounded: without the limit the filling session writes its 512 MiB and waits for ever.
+void it("stops the session filling the sandbox's disk limit, and the others run on", { timeout: 60_000 }, async () => {
+  const t = await startTestSandbox({
+    isolation: "bwrap",
+    diskLimitBytes: 256 * MIB,
+    minFreeDiskBytes: 64 * MIB,
+    diskCheckMs: 50,
+  });
+  try {
+    const idle = new SessionStream(t.client, { message: { case: "start", value: scenarioStart({ mode: "wait" }) } });
+    await idle.waitFor(isText("ready"), "the idle session ready");
+    const filler = await runToEnd(t.client, scenarioStart({ mode: "fill", mib: 512 }));
+    const exited = filler.exited();
+    assert.equal(exited.errorCode, "disk_full", exited.errorMessage);
+    assert.match(
+      exited.errorMessage,
+      /^this sandbox's disk limit of 256\.0 MiB \(OZ0_SANDBOX_DISK_LIMIT_BYTES\) leaves .* MiB free, below its floor of 64\.0 MiB \(OZ0_SANDBOX_MIN_FREE_BYTES\) while this session was writing to it/,
+    );
+    assert.ok(!filler.texts().includes("filled"), "stopped before it wrote all it meant to");
+    idle.send({ message: { case: "cancel", value: {} } });
+    await idle.finished;
+    assert.equal(idle.exited().status, SessionStatus.CANCELLED, idle.exited().errorMessage);
+    // What the filler wrote went with it: room again, under the limit, for the next session.
+    const next = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+    assert.equal(next.exited().status, SessionStatus.COMPLETED, next.exited().errorMessage);
+  } finally {
+    await t.close();
+  }
+});
+
+void it("refuses every session while the root holds more than its limit leaves above the floor", async () => {
+  const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
+  const { SessionDiskGuard } = await import("../src/session-disk-guard.js");
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-guard-limit-"));
+  try {
+    writeFileSync(path.join(dir, "left.bin"), randomBytes(64 * MIB));
+    const guard = (limitBytes: number) =>
+      new SessionDiskGuard({
+        root: dir,
+        limitBytes,
+        minFreeBytes: 32 * MIB,
+        minFreeFiles: 1,
+        sessions: () => [],
+        logger: recordingLogger().logger,
+      });
+    const roomy = guard(128 * MIB);
+    const full = guard(80 * MIB);
+    try {
+      assert.equal(await roomy.refusal(), undefined, "64 MiB left under a limit of 128 MiB");
+      assert.match(
+        (await full.refusal()) ?? "",
+        /^this sandbox's disk limit of 80\.0 MiB \(OZ0_SANDBOX_DISK_LIMIT_BYTES\) leaves (15|16)\.\d MiB free, below its floor of 32\.0 MiB \(OZ0_SANDBOX_MIN_FREE_BYTES\): no session starts until there is room/,
+      );
+    } finally {
+      roomy.close();
+      full.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 void it("stops a session making files without end (inodes), as one writing bytes", { timeout: 60_000 }, async () => {
   const disk = statfsSync(os.tmpdir());
   assert.ok(
