@@ -38,9 +38,10 @@ export function heldMemoryFiles(pids: Iterable<number>): Map<string, number> {
 
 /**
  * What of the process's proportional figure (smaps_rollup's Pss_Shmem and SwapPss) comes from its mappings of the
- * `held` files, in bytes: what the guard takes off before it adds those files whole. 0 when it is gone or closed.
+ * `files` (by `<st_dev>:<st_ino>`), in bytes: what the guard takes off before it adds those files whole. 0 when it
+ * is gone or closed.
  */
-export function mappedFromHeld(pid: number, held: ReadonlyMap<string, number>): number {
+export function mappedFromFiles(pid: number, files: ReadonlyMap<string, number>): number {
   let smaps: string;
   try {
     smaps = readFileSync(`/proc/${pid}/smaps`, "utf8");
@@ -53,7 +54,7 @@ export function mappedFromHeld(pid: number, held: ReadonlyMap<string, number>): 
     /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ ([0-9a-f]+):([0-9a-f]+) (\d+) [^\n]*\n((?:[A-Z][^\n]*\n)*)/gm,
   )) {
     const [, major, minor, inode, fields] = mapping;
-    if (!held.has(`${deviceNumber(parseInt(major!, 16), parseInt(minor!, 16))}:${inode}`)) continue;
+    if (!files.has(`${deviceNumber(parseInt(major!, 16), parseInt(minor!, 16))}:${inode}`)) continue;
     const field = (name: string): number =>
       Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, "m").exec(fields!)?.[1] ?? 0) * 1024;
     // A private mapping's pages the process wrote are its own (anonymous): they stay in its figure.

@@ -14,7 +14,7 @@
 import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
-import { heldMemoryFiles, mappedFromHeld } from "./held-memory-files.js";
+import { heldMemoryFiles, mappedFromFiles } from "./held-memory-files.js";
 import { kibibytes, processesOfSessions, residentBytes, type SessionProcesses } from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
 import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
@@ -75,7 +75,7 @@ export class SessionMemoryGuard {
     // A `user`-mode session's files in the node's tmpfs places and its detached System V segments, every such
     // session's in one reading.
     const uids = new Set([...owners.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
-    const inTmpfsByUid = uids.size > 0 ? ownedBytes(this.#sharedTmpfs, uids) : new Map<number, number>();
+    const inTmpfsByUid = uids.size > 0 ? ownedFiles(this.#sharedTmpfs, uids) : new Map<number, Map<string, number>>();
     const detachedByUid = uids.size > 0 ? detachedSegmentBytes(uids) : new Map<number, number>();
     // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
     const nodeShmem = meminfoBytes("Shmem");
@@ -84,8 +84,9 @@ export class SessionMemoryGuard {
       const owner = owners.get(session.id);
       const pids = (processes.get(session.id) ?? []).map((entry) => entry.pid);
       const uid = owner !== undefined && "uid" in owner ? owner.uid : undefined;
+      const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
       const outside = {
-        inTmpfs: uid === undefined ? 0 : (inTmpfsByUid.get(uid) ?? 0),
+        inTmpfs: sum(inTmpfsFiles.values()),
         detached: uid === undefined ? 0 : (detachedByUid.get(uid) ?? 0),
         held: 0,
         heldFiles: 0,
@@ -102,13 +103,15 @@ export class SessionMemoryGuard {
       let held = new Map<string, number>();
       if (resident + nodeShmem > maxBytes) {
         held = heldMemoryFiles(pids);
-        for (const bytes of held.values()) outside.held += bytes;
+        outside.held = sum(held.values());
         outside.heldFiles = held.size;
         resident += outside.held;
       }
       if (resident <= maxBytes) continue;
+      // Its files of memory count whole, once: what its processes map of them comes off their proportional figure.
+      const files = new Map([...inTmpfsFiles, ...held]);
       const taken = pids.reduce(
-        (sum, pid) => sum + processMemory(pid, "proportional") - (held.size > 0 ? mappedFromHeld(pid, held) : 0),
+        (total, pid) => total + processMemory(pid, "proportional") - (files.size > 0 ? mappedFromFiles(pid, files) : 0),
         outside.inTmpfs + outside.detached + outside.held,
       );
       if (taken <= maxBytes) continue;
@@ -165,13 +168,13 @@ export function processMemory(pid: number, how: "resident" | "proportional"): nu
 }
 
 /**
- * For each uid, what the files and folders it owns beneath `places` take (allocated bytes), each place walked once
- * on its filesystem, links not followed, entering only folders one of the uids owns or may write to (every user,
- * or its group: a session's gid is its uid), where it could have made something (as session-user-files.ts removes
- * them).
+ * For each uid, the files and folders it owns beneath `places`, with what each takes (allocated bytes, by
+ * `<st_dev>:<st_ino>`), each place walked once on its filesystem, links not followed, entering only folders one of
+ * the uids owns or may write to (every user, or its group: a session's gid is its uid), where it could have made
+ * something (as session-user-files.ts removes them).
  */
-function ownedBytes(places: readonly string[], uids: ReadonlySet<number>): Map<number, number> {
-  const totals = new Map<number, number>();
+function ownedFiles(places: readonly string[], uids: ReadonlySet<number>): Map<number, Map<string, number>> {
+  const owned = new Map<number, Map<string, number>>();
   let budget = MAX_WALKED_ENTRIES;
   const walk = (at: string, device: number): void => {
     if (budget <= 0) return;
@@ -191,7 +194,11 @@ function ownedBytes(places: readonly string[], uids: ReadonlySet<number>): Map<n
         continue; // gone meanwhile
       }
       if (stats.dev !== device) continue;
-      if (uids.has(stats.uid)) totals.set(stats.uid, (totals.get(stats.uid) ?? 0) + stats.blocks * 512);
+      if (uids.has(stats.uid)) {
+        let files = owned.get(stats.uid);
+        if (files === undefined) owned.set(stats.uid, (files = new Map()));
+        files.set(`${stats.dev}:${stats.ino}`, stats.blocks * 512);
+      }
       const reachable =
         uids.has(stats.uid) || (stats.mode & 0o002) !== 0 || ((stats.mode & 0o020) !== 0 && uids.has(stats.gid));
       if (stats.isDirectory() && reachable) walk(entry, device);
@@ -204,7 +211,13 @@ function ownedBytes(places: readonly string[], uids: ReadonlySet<number>): Map<n
       // not on this node
     }
   }
-  return totals;
+  return owned;
+}
+
+function sum(values: Iterable<number>): number {
+  let total = 0;
+  for (const value of values) total += value;
+  return total;
 }
 
 /** A /proc/meminfo field in bytes; 0 where it cannot be read. */

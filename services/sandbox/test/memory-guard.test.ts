@@ -98,13 +98,17 @@ for (const [isolation, into, mib] of [
 
 // Four processes sharing 128 MiB (a fork's pages are its parent's until written) hold 512 MiB resident between them,
 // 128 MiB in fact: the guard reads the proportional figure before it stops a session. The same with a memfd they all
-// map and hold: what they map of a file of memory the session holds counts once, as the file.
-for (const [what, into] of [
-  ["memory processes share", undefined],
-  ["a file of memory the session's processes hold and map", "memfd-shared"],
+// map and hold, or with a file in the node's /dev/shm (the user mode: Python's multiprocessing.shared_memory makes
+// one): what they map of a file of memory the session holds counts once, as the file.
+for (const [what, into, isolation] of [
+  ["memory processes share", undefined, "bwrap"],
+  ["a file of memory the session's processes hold and map", "memfd-shared", "bwrap"],
+  ...(process.getuid?.() === 0
+    ? ([["a file in the node's /dev/shm the session's processes map", "shm-shared", "user"]] as const)
+    : []),
 ] as const)
   void it(`counts ${what} once, and lets a session that shares within its limit run`, async () => {
-    const t = await startTestSandbox({ isolation: "bwrap", maxSessionMemoryBytes: 192 * MIB, memoryCheckMs: 50 });
+    const t = await startTestSandbox({ isolation, maxSessionMemoryBytes: 192 * MIB, memoryCheckMs: 50 });
     try {
       const sharer = new SessionStream(t.client, {
         message: { case: "start", value: scenarioStart({ mode: "hog", mib: 128, forks: 3, into }) },
