@@ -44,11 +44,18 @@ export interface HeldFile {
   readonly link: string;
 }
 
+/** How many descriptors and deleted mappings a caller may still look at (each a stat, some microseconds). */
+export interface LookBudget {
+  left: number;
+}
+
 /**
  * The deleted regular files the process holds open or mapped (a file held both ways comes twice); none when it is
- * gone or closed to this sandbox.
+ * gone or closed to this sandbox. With a `budget`, each descriptor and deleted mapping looked at spends one, and
+ * none is looked at once it is spent; the descriptors are then taken from a random one on (wrapping round), so a
+ * process cannot keep a file past the budget at the same place check after check.
  */
-export function* deletedFilesOf(pid: number): Generator<HeldFile> {
+export function* deletedFilesOf(pid: number, budget?: LookBudget): Generator<HeldFile> {
   const deleted = (file: string): Stats | undefined => {
     try {
       // stat follows the magic link to the file itself, named or not.
@@ -58,8 +65,11 @@ export function* deletedFilesOf(pid: number): Generator<HeldFile> {
       return undefined; // closed meanwhile, or not this sandbox's to read
     }
   };
-  for (const fd of entriesOf(`/proc/${pid}/fd`)) {
-    const link = `/proc/${pid}/fd/${fd}`;
+  const fds = entriesOf(`/proc/${pid}/fd`);
+  const first = budget === undefined ? 0 : Math.floor(Math.random() * fds.length);
+  for (let i = 0; i < fds.length; i++) {
+    if (budget !== undefined && budget.left-- <= 0) return;
+    const link = `/proc/${pid}/fd/${fds[(first + i) % fds.length]}`;
     const stats = deleted(link);
     if (stats !== undefined) yield { stats, link };
   }
@@ -71,6 +81,7 @@ export function* deletedFilesOf(pid: number): Generator<HeldFile> {
   }
   // "start-end perms offset dev inode path (deleted)": map_files names a mapping by its range, without the 0x.
   for (const match of maps.matchAll(/^([0-9a-f]+-[0-9a-f]+) \S+ \S+ \S+ [1-9]\d* .* \(deleted\)$/gm)) {
+    if (budget !== undefined && budget.left-- <= 0) return;
     const link = `/proc/${pid}/map_files/${match[1]}`;
     const stats = deleted(link);
     if (stats !== undefined) yield { stats, link };

@@ -30,6 +30,7 @@
 // counts as the root's (an overestimate where others write to it too), and
 // only a fresh measure within twice the floor stops anyone.
 import { execFile } from "node:child_process";
+import { setPriority } from "node:os";
 import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
 import { heldDeletedFiles } from "./held-deleted-files.js";
@@ -43,6 +44,8 @@ export const DEFAULT_MIN_FREE_FILES = 100_000;
 const SLACK: Usage = { bytes: 1024 * 1024, files: 1000 };
 /** At most this long for one measure of one session: a tree du cannot walk in it is left out of that check. */
 const MEASURE_TIMEOUT_MS = 10_000;
+/** At most this long for a measure of the whole root against its limit (OZ0_SANDBOX_DISK_LIMIT_BYTES). */
+const ROOT_MEASURE_TIMEOUT_MS = 60_000;
 
 /** What a session's directories take, or what a filesystem has free: bytes, and files (inodes). */
 export interface Usage {
@@ -94,8 +97,10 @@ export class SessionDiskGuard {
   #free: Usage | undefined;
   /** Whether #free.bytes is what the limit leaves rather than what the filesystem has. */
   #freeUnderLimit = false;
-  /** The root's last measure against the limit: what it held, what the filesystem had free then, when, and how long du took. */
-  #root: { used: number; fsFree: number; at: number; tookMs: number } | undefined;
+  /** The root's last measure against the limit: what it held, what the filesystem had free then. */
+  #root: { used: number; fsFree: number } | undefined;
+  /** The last try to measure the root, whether or not du gave a total: when, and how long it took. */
+  #rootTried: { at: number; tookMs: number; failed: boolean } | undefined;
   readonly #floor: Usage;
   /** Each running session's first measure within twice the floor; emptied once there is room again. */
   readonly #baseline = new Map<string, Usage>();
@@ -250,21 +255,29 @@ export class SessionDiskGuard {
 
   /**
    * What the limit leaves: measured afresh (du of the root) at the first check, within twice the floor, and when the
-   * last measure is older than twenty times what it took (du at most a twentieth of the time); otherwise the last
-   * measure, less what the filesystem lost since. A root du cannot measure in time counts as measured before.
+   * last try is older than twenty times what it took (du at most a twentieth of the time); otherwise the last
+   * measure, less what the filesystem lost since. A du that gives no total in time is tried again as late as one
+   * that did (the root not measured meanwhile: until a first measure, the limit is not kept), with a warning.
    */
   async #leftUnderLimit(limit: number, fsFree: number): Promise<number> {
     const last = this.#root;
-    const estimate = last === undefined ? undefined : limit - last.used - Math.max(0, last.fsFree - fsFree);
-    const due =
-      last === undefined ||
-      estimate! < this.#floor.bytes * 2 ||
-      Date.now() - last.at >= Math.max(this.#options.intervalMs ?? 1000, 20 * last.tookMs);
-    if (!due) return estimate!;
+    const estimate = last === undefined ? limit : limit - last.used - Math.max(0, last.fsFree - fsFree);
+    const tried = this.#rootTried;
+    const spaced =
+      tried === undefined || Date.now() - tried.at >= Math.max(this.#options.intervalMs ?? 1000, 20 * tried.tookMs);
+    const due = spaced || (estimate < this.#floor.bytes * 2 && tried?.failed === false);
+    if (!due) return estimate;
     const started = Date.now();
-    const used = (await directoryUsage([this.#options.root]))?.bytes;
-    if (used === undefined) return estimate ?? limit;
-    this.#root = { used, fsFree, at: Date.now(), tookMs: Date.now() - started };
+    const used = (await directoryUsage([this.#options.root], { timeoutMs: ROOT_MEASURE_TIMEOUT_MS }))?.bytes;
+    this.#rootTried = { at: Date.now(), tookMs: Date.now() - started, failed: used === undefined };
+    if (used === undefined) {
+      this.#options.logger.warn(
+        { root: this.#options.root, limitBytes: limit, tookMs: this.#rootTried.tookMs },
+        "could not measure what the sandbox root holds against its limit (OZ0_SANDBOX_DISK_LIMIT_BYTES): du gave no total in time; trying again later",
+      );
+      return estimate;
+    }
+    this.#root = { used, fsFree };
     return limit - used;
   }
 
@@ -288,25 +301,36 @@ export function mebibytes(bytes: number): string {
  * it nowhere), any depth, and stays on the filesystem (-x). Undefined when du failed to give a total in time;
  * folders it cannot read (gone, or closed to the sandbox) count what it could see.
  */
-export async function directoryUsage(directories: readonly string[]): Promise<Usage | undefined> {
+export async function directoryUsage(
+  directories: readonly string[],
+  options: { timeoutMs?: number } = {},
+): Promise<Usage | undefined> {
+  const timeoutMs = options.timeoutMs ?? MEASURE_TIMEOUT_MS;
   const [bytes, files] = await Promise.all([
-    duTotal(["-s", "-x", "-B1", "--total", "--", ...directories]),
-    duTotal(["-s", "-x", "--inodes", "--total", "--", ...directories]),
+    duTotal(["-s", "-x", "-B1", "--total", "--", ...directories], timeoutMs),
+    duTotal(["-s", "-x", "--inodes", "--total", "--", ...directories], timeoutMs),
   ]);
   return bytes !== undefined && files !== undefined ? { bytes, files } : undefined;
 }
 
-function duTotal(args: readonly string[]): Promise<number | undefined> {
+function duTotal(args: readonly string[], timeoutMs: number): Promise<number | undefined> {
   return new Promise((resolve) => {
-    execFile(
+    const du = execFile(
       "du",
       args,
-      { timeout: MEASURE_TIMEOUT_MS, killSignal: "SIGKILL", env: { PATH: "/usr/bin:/bin", LC_ALL: "C" } },
+      { timeout: timeoutMs, killSignal: "SIGKILL", env: { PATH: "/usr/bin:/bin", LC_ALL: "C" } },
       (error, stdout) => {
         // An unreadable folder makes du exit 1 with its total still printed; a kill by the timeout prints none.
         const total = /^(\d+)\ttotal$/m.exec(stdout)?.[1];
         resolve(total !== undefined && (error === null || error.code === 1) ? Number(total) : undefined);
       },
     );
+    // A walk of many files is background work: it yields the CPU to the sandbox and the sessions' own work.
+    if (du.pid !== undefined)
+      try {
+        setPriority(du.pid, 10);
+      } catch {
+        // already done
+      }
   });
 }

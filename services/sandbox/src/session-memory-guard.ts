@@ -24,6 +24,11 @@ import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
  * session making a million empty files there must not stall it (what lies past the budget is not counted).
  */
 const MAX_WALKED_ENTRIES = 50_000;
+/**
+ * The most descriptors and deleted mappings of sessions' processes one check looks at for files of memory with no
+ * name: each a stat of some microseconds on the event loop, and a session may hold a million descriptors.
+ */
+const MAX_LOOKED_AT_FILES = 5_000;
 /** statfs's f_type of a tmpfs (linux/magic.h). */
 const TMPFS_MAGIC = 0x01021994;
 
@@ -76,7 +81,8 @@ export class SessionMemoryGuard {
     // session's in one reading.
     const uids = new Set([...owners.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
     const inTmpfsByUid = uids.size > 0 ? ownedFiles(this.#sharedTmpfs, uids) : new Map<number, Map<string, number>>();
-    const detachedByUid = uids.size > 0 ? detachedSegmentBytes(uids) : new Map<number, number>();
+    const detachedByUid = uids.size > 0 ? detachedSegments(uids) : new Map<number, Map<number, number>>();
+    const budget = { left: MAX_LOOKED_AT_FILES };
     // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
     const nodeShmem = meminfoBytes("Shmem");
     const maxBytes = this.#options.maxBytes;
@@ -87,24 +93,29 @@ export class SessionMemoryGuard {
       const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
       const outside = {
         inTmpfs: sum(inTmpfsFiles.values()),
-        detached: uid === undefined ? 0 : (detachedByUid.get(uid) ?? 0),
+        detached: 0,
         held: 0,
         heldFiles: 0,
       };
       // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
       // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
       // millisecond for a large process) and is read only for a session the cheaper figures put above its limit.
+      const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
+      outside.detached = sum(detached.values());
       let resident = (processes.get(session.id) ?? []).reduce(
-        (sum, entry) => sum + entry.residentBytes,
+        (total, entry) => total + entry.residentBytes,
         outside.inTmpfs + outside.detached,
       );
       // Files with no name that are memory (a memfd written and not mapped): looked for only when the node's
       // shared memory could take the session above its limit.
       let held = new Map<string, number>();
       if (resident + nodeShmem > maxBytes) {
-        held = heldMemoryFiles(pids);
+        held = heldMemoryFiles(pids, budget);
         outside.held = sum(held.values());
         outside.heldFiles = held.size;
+        // A segment attached since /proc/sysvipc/shm was read is in `held` (its inode number is its id): once.
+        for (const [id, bytes] of detached)
+          if ([...held.keys()].some((key) => key.endsWith(`:${id}`))) outside.detached -= bytes;
         resident += outside.held;
       }
       if (resident <= maxBytes) continue;
@@ -230,26 +241,31 @@ function meminfoBytes(field: string): number {
 }
 
 /**
- * For each uid, what the System V shared memory segments it owns that no process has attached take (resident and
- * swapped out; an attached segment's pages count with the processes mapping it), from /proc/sysvipc/shm: the node's
- * IPC namespace, which `user`-mode sessions share (a bubblewrap session's is its own, and its segments small:
- * syscall-filter/generate.py).
+ * For each uid, the System V shared memory segments it made that no process has attached, with what each takes by id
+ * (resident and swapped out; an attached segment's pages count with the processes mapping it), from
+ * /proc/sysvipc/shm: the node's IPC namespace, which `user`-mode sessions share (a bubblewrap session's is its own,
+ * and its segments small: syscall-filter/generate.py). By creator (cuid), which no one can change: a segment's owner
+ * may hand it to any uid (IPC_SET), to hide it or to have it counted against another session.
  */
-function detachedSegmentBytes(uids: ReadonlySet<number>): Map<number, number> {
-  const totals = new Map<number, number>();
+function detachedSegments(uids: ReadonlySet<number>): Map<number, Map<number, number>> {
+  const found = new Map<number, Map<number, number>>();
   let table: string[];
   try {
     table = readFileSync("/proc/sysvipc/shm", "utf8").trim().split("\n");
   } catch {
-    return totals;
+    return found;
   }
   const columns = (table[0] ?? "").trim().split(/\s+/);
-  const [nattch, uid, rss, swap] = ["nattch", "uid", "rss", "swap"].map((name) => columns.indexOf(name));
+  const [shmid, nattch, cuid, rss, swap] = ["shmid", "nattch", "cuid", "rss", "swap"].map((name) =>
+    columns.indexOf(name),
+  );
   for (const line of table.slice(1)) {
     const row = line.trim().split(/\s+/);
-    const owner = Number(row[uid!]);
-    if (row[nattch!] !== "0" || !uids.has(owner)) continue;
-    totals.set(owner, (totals.get(owner) ?? 0) + Number(row[rss!] ?? 0) + Number(row[swap!] ?? 0));
+    const creator = Number(row[cuid!]);
+    if (row[nattch!] !== "0" || !uids.has(creator)) continue;
+    let segments = found.get(creator);
+    if (segments === undefined) found.set(creator, (segments = new Map()));
+    segments.set(Number(row[shmid!]), Number(row[rss!] ?? 0) + Number(row[swap!] ?? 0));
   }
-  return totals;
+  return found;
 }

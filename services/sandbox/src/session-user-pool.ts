@@ -218,7 +218,9 @@ export class SessionUserPool {
       if (server === undefined) continue; // another sandbox's running session
       // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
       // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
-      if (withProcesses.get(uid)?.inOwnPidNamespace !== true && (await keptByKeeper(uid))) {
+      // A uid that runs nothing is no kept session's, whoever holds the name.
+      const processes = withProcesses.get(uid);
+      if (processes !== undefined && !processes.inOwnPidNamespace && (await keptByKeeper(uid))) {
         await closeHold(server);
         continue;
       }
