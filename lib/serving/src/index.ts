@@ -2,6 +2,8 @@ export { isWildcardHost, serve, registration } from "./serve.js";
 export type { ServeOptions, RunningServer, ServiceRegistration } from "./serve.js";
 export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js";
 export { createLogger } from "./logger.js";
+export { closeInheritedDescriptors } from "./inherited-descriptors.js";
+export type { ClosedDescriptor } from "./inherited-descriptors.js";
 export { SummarisedLog } from "./summarised-log.js";
 export type { Counted, SummarisedLogOptions } from "./summarised-log.js";
 export type { Logger, LoggerOptions } from "./logger.js";

@@ -1,10 +1,18 @@
 #!/usr/bin/env node
 // oz0-orchestrator: the orchestrator as a process, configured from the environment.
-import { configFromEnvOrExit, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import {
+  closeInheritedDescriptors,
+  configFromEnvOrExit,
+  createLogger,
+  onShutdownSignal,
+  startTelemetry,
+} from "@oz0/serving";
 import { configFromEnv } from "./orchestrator-config.js";
 import { startOrchestrator } from "./start-orchestrator.js";
 
 const logger = createLogger({ name: "orchestrator" });
+// What its starter left open must not reach its command hooks.
+closeInheritedDescriptors(logger);
 // Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
 const telemetry = startTelemetry({ serviceName: "oz0-orchestrator" });
 

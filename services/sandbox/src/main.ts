@@ -1,9 +1,17 @@
 #!/usr/bin/env node
 // The sandbox process: configuration from the environment, SIGTERM = graceful shutdown.
-import { configFromEnvOrExit, createLogger, onShutdownSignal, startTelemetry } from "@oz0/serving";
+import {
+  closeInheritedDescriptors,
+  configFromEnvOrExit,
+  createLogger,
+  onShutdownSignal,
+  startTelemetry,
+} from "@oz0/serving";
 import { configFromEnv, startSandbox } from "./index.js";
 
 const logger = createLogger({ name: "sandbox" });
+// What its starter left open must not reach its sessions' harnesses.
+closeInheritedDescriptors(logger);
 // Before anything else starts, so every span of this process is exported (a no-op without OTEL_*).
 const telemetry = startTelemetry({ serviceName: "oz0-sandbox" });
 try {

@@ -1,6 +1,7 @@
 // A descriptor the sandbox inherited open past exec (whatever started it leaked one: a shell's redirection, a
-// tool's pipe) never reaches a session: the keeper (bubblewrap) and the filter's perl (the user mode) close every
-// descriptor they did not place before the session's first program runs. The `none` mode isolates nothing.
+// tool's pipe) never reaches a session: the sandbox closes it first thing (@oz0/serving's
+// inherited-descriptors.ts), and the keeper (bubblewrap) and the filter's perl (the user mode) close every
+// descriptor they did not place before the session's first program runs, for a keeper outliving its sandbox.
 import assert from "node:assert/strict";
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -12,7 +13,7 @@ import { SandboxService, SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox
 import { testCredentials } from "@oz0/serving/testing";
 import { listeningUrl, runToEnd, scenarioStart, spawnSandboxMain } from "./sandbox-test-kit.js";
 
-const MODES = process.getuid?.() === 0 ? (["bwrap", "user"] as const) : (["bwrap"] as const);
+const MODES = process.getuid?.() === 0 ? (["bwrap", "user", "none"] as const) : (["bwrap", "none"] as const);
 
 for (const isolation of MODES)
   void it(`a descriptor the sandbox inherited does not reach its sessions (${isolation})`, async () => {
@@ -30,7 +31,16 @@ for (const isolation of MODES)
     closeSync(leaked);
     const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
     try {
-      const url = await listeningUrl(child, []);
+      const lines: string[] = [];
+      const url = await listeningUrl(child, lines);
+      const said = lines.map(
+        (line) => JSON.parse(line) as { msg: string; closed?: Array<{ fd: number; was: string }> },
+      );
+      assert.deepEqual(
+        said.find((line) => line.closed !== undefined)?.closed?.find(({ fd }) => fd === 40),
+        { fd: 40, was: secret },
+        "the start-up log names what it closed",
+      );
       const client = createClient(
         SandboxService,
         createGrpcTransport({ baseUrl: url, interceptors: [testCredentials.caller] }),
