@@ -33,17 +33,16 @@ export function closeInheritedDescriptors(logger: Logger): ClosedDescriptor[] {
     const fd = Number(name);
     if (!(fd > 2)) continue;
     let flags: number;
-    let was: string;
     try {
       flags = Number.parseInt(
         /^flags:\s+([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1] ?? "",
         8,
       );
-      was = readlinkSync(`/proc/self/fd/${fd}`);
     } catch {
       continue; // the listing's own descriptor, closed by now
     }
     if (Number.isNaN(flags) || (flags & O_CLOEXEC) !== 0) continue;
+    const was = readlinkSync(`/proc/self/fd/${fd}`);
     closeSync(fd);
     closed.push({ fd, was });
   }

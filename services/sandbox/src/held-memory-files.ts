@@ -13,9 +13,15 @@
 // holding more than that can keep one out of a check's sight, though not at the same place in every check).
 import { readFileSync, statfsSync } from "node:fs";
 import { deletedFilesOf, type LookBudget } from "./held-deleted-files.js";
+import { kibibytes } from "./process-list.js";
 
 /** statfs's f_type of the filesystems whose files are memory (linux/magic.h): tmpfs (memfd's too), hugetlbfs, ramfs. */
 const MEMORY_FILESYSTEMS = new Set([0x01021994, 0x958458f6, 0x858458f6]);
+
+/** Whether a filesystem of statfs's `type` keeps its files in memory. */
+export function isMemoryFilesystem(type: number): boolean {
+  return MEMORY_FILESYSTEMS.has(type);
+}
 
 /**
  * The memory-backed files with no name the processes hold: allocated bytes by `<st_dev>:<st_ino>`, each file once;
@@ -31,7 +37,7 @@ export function heldMemoryFiles(pids: Iterable<number>, budget: LookBudget): Map
       let memory = memoryDevices.get(stats.dev);
       if (memory === undefined) {
         try {
-          memory = MEMORY_FILESYSTEMS.has(statfsSync(link).type);
+          memory = isMemoryFilesystem(statfsSync(link).type);
         } catch {
           continue; // closed meanwhile: asked again through the next link of that filesystem
         }
@@ -53,7 +59,7 @@ export function mappedFromFiles(pid: number, files: ReadonlyMap<string, number>)
     // maps first (a tenth of smaps' cost): most processes map none of the files.
     const maps = readFileSync(`/proc/${pid}/maps`, "utf8");
     const mapsOne = [...maps.matchAll(/^\S+ \S+ \S+ ([0-9a-f]+):([0-9a-f]+) (\d+)/gm)].some(([, major, minor, inode]) =>
-      files.has(`${deviceNumber(parseInt(major!, 16), parseInt(minor!, 16))}:${inode}`),
+      files.has(fileKey(major!, minor!, inode!)),
     );
     if (!mapsOne) return 0;
     smaps = readFileSync(`/proc/${pid}/smaps`, "utf8");
@@ -66,14 +72,17 @@ export function mappedFromFiles(pid: number, files: ReadonlyMap<string, number>)
     /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ ([0-9a-f]+):([0-9a-f]+) (\d+) [^\n]*\n((?:[A-Z][^\n]*\n)*)/gm,
   )) {
     const [, major, minor, inode, fields] = mapping;
-    if (!files.has(`${deviceNumber(parseInt(major!, 16), parseInt(minor!, 16))}:${inode}`)) continue;
-    const field = (name: string): number =>
-      Number(new RegExp(`^${name}:\\s+(\\d+) kB$`, "m").exec(fields!)?.[1] ?? 0) * 1024;
+    if (!files.has(fileKey(major!, minor!, inode!))) continue;
     // A private mapping's pages the process wrote are its own (anonymous): they stay in its figure, swapped out or
     // not (a shared mapping's pages swapped out are the file's, never in SwapPss).
-    total += Math.max(0, field("Pss") - field("Anonymous"));
+    total += Math.max(0, kibibytes(fields!, "Pss") - kibibytes(fields!, "Anonymous"));
   }
   return total;
+}
+
+/** The `<st_dev>:<st_ino>` key of a mapping's file, from the hexadecimal major and minor and the inode maps gives. */
+function fileKey(major: string, minor: string, inode: string): string {
+  return `${deviceNumber(parseInt(major, 16), parseInt(minor, 16))}:${inode}`;
 }
 
 /** st_dev as glibc's makedev encodes a device's major and minor numbers (what Node's stat gives). */

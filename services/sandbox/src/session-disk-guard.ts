@@ -93,10 +93,11 @@ export class SessionDiskGuard {
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
   #checking = false;
-  /** What statfs said last, or the limit left when that is less; undefined before, and after a statfs that failed (no refusal on a guess). */
-  #free: Usage | undefined;
-  /** Whether #free.bytes is what the limit leaves rather than what the filesystem has. */
-  #freeUnderLimit = false;
+  /**
+   * What statfs said last, or what the limit leaves when that is less (`underLimit`); undefined before, and after a
+   * statfs that failed (no refusal on a guess).
+   */
+  #free: (Usage & { underLimit: boolean }) | undefined;
   /** The root's last measure against the limit: what it held, what the filesystem had free then. */
   #root: { used: number; fsFree: number } | undefined;
   /** The last try to measure the root, whether or not du gave a total: when, and how long it took. */
@@ -134,7 +135,7 @@ export class SessionDiskGuard {
     const free = this.#free;
     if (free === undefined) return undefined;
     if (free.bytes < this.#floor.bytes * times)
-      return this.#freeUnderLimit
+      return free.underLimit
         ? `this sandbox's disk limit of ${mebibytes(this.#options.limitBytes!)} (OZ0_SANDBOX_DISK_LIMIT_BYTES) leaves ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`
         : `this node's disk has ${mebibytes(free.bytes)} free, below its floor of ${mebibytes(this.#floor.bytes)} (OZ0_SANDBOX_MIN_FREE_BYTES)`;
     if (free.files < this.#floor.files * times)
@@ -181,8 +182,11 @@ export class SessionDiskGuard {
       this.#floor.files = Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(fs.files / 20));
     const fsFree = fs.bavail * fs.bsize;
     const limitFree = limit === undefined ? Infinity : await this.#leftUnderLimit(limit, fsFree);
-    this.#freeUnderLimit = limitFree < fsFree;
-    this.#free = { bytes: Math.min(fsFree, limitFree), files: fs.files === 0 ? Infinity : fs.ffree };
+    this.#free = {
+      bytes: Math.min(fsFree, limitFree),
+      files: fs.files === 0 ? Infinity : fs.ffree,
+      underLimit: limitFree < fsFree,
+    };
     if (this.#shortfall(2) === undefined) {
       if (this.#warned) this.#options.logger.info({ free: this.#free }, "the node's disk has room again");
       this.#warned = false;

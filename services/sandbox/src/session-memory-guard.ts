@@ -14,10 +14,10 @@
 import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
-import { heldMemoryFiles, mappedFromFiles } from "./held-memory-files.js";
+import { heldMemoryFiles, isMemoryFilesystem, mappedFromFiles } from "./held-memory-files.js";
 import { kibibytes, processesOfSessions, residentBytes, type SessionProcesses } from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
-import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
+import { SHARED_WRITABLE_PLACES, systemVTable } from "./session-user-files.js";
 
 /**
  * The most entries of the node's tmpfs places one check looks at: the walk runs on the sandbox's event loop, and a
@@ -29,8 +29,6 @@ const MAX_WALKED_ENTRIES = 50_000;
  * name: each a stat of some microseconds on the event loop, and a session may hold a million descriptors.
  */
 const MAX_LOOKED_AT_FILES = 5_000;
-/** statfs's f_type of a tmpfs (linux/magic.h). */
-const TMPFS_MAGIC = 0x01021994;
 
 /** A session as the guard sees it. */
 export interface MemoryGuardedSession {
@@ -61,7 +59,7 @@ export class SessionMemoryGuard {
     this.#options = options;
     this.#sharedTmpfs = SHARED_WRITABLE_PLACES.filter((place) => {
       try {
-        return statfsSync(place).type === TMPFS_MAGIC;
+        return isMemoryFilesystem(statfsSync(place).type);
       } catch {
         return false; // not on this node
       }
@@ -88,24 +86,16 @@ export class SessionMemoryGuard {
     const maxBytes = this.#options.maxBytes;
     for (const session of running) {
       const owner = owners.get(session.id);
-      const pids = (processes.get(session.id) ?? []).map((entry) => entry.pid);
+      const listed = processes.get(session.id) ?? [];
+      const pids = listed.map((entry) => entry.pid);
       const uid = owner !== undefined && "uid" in owner ? owner.uid : undefined;
       const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
-      const outside = {
-        inTmpfs: sum(inTmpfsFiles.values()),
-        detached: 0,
-        held: 0,
-        heldFiles: 0,
-      };
+      const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
+      const outside = { inTmpfs: sum(inTmpfsFiles.values()), detached: sum(detached.values()), held: 0, heldFiles: 0 };
       // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
       // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
       // millisecond for a large process) and is read only for a session the cheaper figures put above its limit.
-      const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
-      outside.detached = sum(detached.values());
-      let resident = (processes.get(session.id) ?? []).reduce(
-        (total, entry) => total + entry.residentBytes,
-        outside.inTmpfs + outside.detached,
-      );
+      let resident = listed.reduce((total, entry) => total + entry.residentBytes, outside.inTmpfs + outside.detached);
       // Files with no name that are memory (a memfd written and not mapped): looked for only when the node's
       // shared memory could take the session above its limit.
       let held = new Map<string, number>();
@@ -114,8 +104,8 @@ export class SessionMemoryGuard {
         outside.held = sum(held.values());
         outside.heldFiles = held.size;
         // A segment attached since /proc/sysvipc/shm was read is in `held` (its inode number is its id): once.
-        for (const [id, bytes] of detached)
-          if ([...held.keys()].some((key) => key.endsWith(`:${id}`))) outside.detached -= bytes;
+        const heldInodes = new Set([...held.keys()].map((key) => key.slice(key.indexOf(":") + 1)));
+        for (const [id, bytes] of detached) if (heldInodes.has(String(id))) outside.detached -= bytes;
         resident += outside.held;
       }
       if (resident <= maxBytes) continue;
@@ -242,30 +232,19 @@ function meminfoBytes(field: string): number {
 
 /**
  * For each uid, the System V shared memory segments it made that no process has attached, with what each takes by id
- * (resident and swapped out; an attached segment's pages count with the processes mapping it), from
- * /proc/sysvipc/shm: the node's IPC namespace, which `user`-mode sessions share (a bubblewrap session's is its own,
- * and its segments small: syscall-filter/generate.py). By creator (cuid), which no one can change: a segment's owner
- * may hand it to any uid (IPC_SET), to hide it or to have it counted against another session.
+ * (resident and swapped out; an attached segment's pages count with the processes mapping it): the node's IPC
+ * namespace, which `user`-mode sessions share (a bubblewrap session's is its own, and its segments small:
+ * syscall-filter/generate.py). By creator (cuid), which no one can change: a segment's owner may hand it to any uid
+ * (IPC_SET), to hide it or to have it counted against another session.
  */
 function detachedSegments(uids: ReadonlySet<number>): Map<number, Map<number, number>> {
   const found = new Map<number, Map<number, number>>();
-  let table: string[];
-  try {
-    table = readFileSync("/proc/sysvipc/shm", "utf8").trim().split("\n");
-  } catch {
-    return found;
-  }
-  const columns = (table[0] ?? "").trim().split(/\s+/);
-  const [shmid, nattch, cuid, rss, swap] = ["shmid", "nattch", "cuid", "rss", "swap"].map((name) =>
-    columns.indexOf(name),
-  );
-  for (const line of table.slice(1)) {
-    const row = line.trim().split(/\s+/);
-    const creator = Number(row[cuid!]);
-    if (row[nattch!] !== "0" || !uids.has(creator)) continue;
+  for (const row of systemVTable("shm")) {
+    const creator = Number(row.cuid);
+    if (row.nattch !== "0" || !uids.has(creator)) continue;
     let segments = found.get(creator);
     if (segments === undefined) found.set(creator, (segments = new Map()));
-    segments.set(Number(row[shmid!]), Number(row[rss!] ?? 0) + Number(row[swap!] ?? 0));
+    segments.set(Number(row.shmid), Number(row.rss ?? 0) + Number(row.swap ?? 0));
   }
   return found;
 }

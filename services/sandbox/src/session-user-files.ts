@@ -53,7 +53,7 @@ export async function removeAsUser(dirs: readonly string[], user: SessionUser): 
 /** The node's places every user may write to, which a session of the `user` mode shares with the node. */
 export const SHARED_WRITABLE_PLACES: readonly string[] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"];
 
-/** The node's System V IPC tables (/proc/sysvipc/<name>) and their columns of the owner's and the creator's uid. */
+/** The node's System V IPC tables (/proc/sysvipc/<name>) and their columns of the owner's and the creator's uid (for the perl below). */
 const SYSTEM_V_TABLES = [
   { name: "shm", owner: 7, creator: 9 },
   { name: "sem", owner: 4, creator: 6 },
@@ -61,24 +61,33 @@ const SYSTEM_V_TABLES = [
 ] as const;
 
 /**
- * The uids of `range` that own or made a System V shared memory segment, semaphore set or message queue in the
- * sandbox's IPC namespace (the node's, which `user`-mode sessions share): what sessions of a killed sandbox left.
+ * The rows of /proc/sysvipc/<table> (the sandbox's IPC namespace: the node's, which `user`-mode sessions share), each
+ * by the table's column names; none where the kernel has no System V IPC.
+ */
+export function systemVTable(table: "shm" | "sem" | "msg"): Array<Record<string, string>> {
+  let lines: string[];
+  try {
+    lines = readFileSync(`/proc/sysvipc/${table}`, "utf8").trim().split("\n");
+  } catch {
+    return [];
+  }
+  const columns = (lines[0] ?? "").trim().split(/\s+/);
+  return lines.slice(1).map((line) => {
+    const fields = line.trim().split(/\s+/);
+    return Object.fromEntries(columns.map((column, i) => [column, fields[i] ?? ""]));
+  });
+}
+
+/**
+ * The uids of `range` that own or made a System V shared memory segment, semaphore set or message queue on the node:
+ * what sessions of a killed sandbox left.
  */
 export function uidsWithSystemVObjects(range: { base: number; count: number }): Set<number> {
   const found = new Set<number>();
-  for (const { name, owner, creator } of SYSTEM_V_TABLES) {
-    let rows: string[];
-    try {
-      rows = readFileSync(`/proc/sysvipc/${name}`, "utf8").trim().split("\n").slice(1);
-    } catch {
-      continue; // no System V IPC in this kernel
-    }
-    for (const row of rows) {
-      const fields = row.trim().split(/\s+/);
-      for (const uid of [Number(fields[owner]), Number(fields[creator])])
+  for (const { name } of SYSTEM_V_TABLES)
+    for (const row of systemVTable(name))
+      for (const uid of [Number(row.uid), Number(row.cuid)])
         if (uid >= range.base && uid < range.base + range.count) found.add(uid);
-    }
-  }
   return found;
 }
 
