@@ -204,13 +204,16 @@ void describe("retention and limits", () => {
       unreadRetentionMs: 60_000,
       maxEndedSessionLogBytes: 300 * 1024,
     });
-    const chatty = () => scenarioStart({ mode: "chatty", events: 100, chunkBytes: 1000 });
+    const chatty = (holdMs?: number) => scenarioStart({ mode: "chatty", events: 100, chunkBytes: 1000, holdMs });
     try {
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) ids.push((await runToEnd(capped.client, chatty())).sessionId);
       for (let i = 0; i < 3; i++) {
-        const unread = new SessionStream(capped.client, { message: { case: "start", value: chatty() } });
-        await unread.waitFor((m) => m.message.case === "artifacts", "artifacts");
+        // Left as soon as it started, its harness silent until long after: no stream is there when its end is
+        // logged, so it stays unread. (Left at its artifacts, the stream was still there, most of the time, to be
+        // handed its end, which makes it read: the test then passed whichever way the node forgot them.)
+        const unread = new SessionStream(capped.client, { message: { case: "start", value: chatty(500) } });
+        await unread.waitFor((m) => m.sessionId !== "", "the session's first message");
         ids.push(unread.sessionId);
         unread.drop();
         await until(async () => {
