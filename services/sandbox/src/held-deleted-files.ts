@@ -12,23 +12,26 @@
 // mapped, its descriptors closed, is not seen. The memory guard reads the same for the files with no name that are
 // memory (session-memory-guard.ts): a memfd, a deleted file of a tmpfs.
 import { readdirSync, readFileSync, statSync, type Stats } from "node:fs";
-import { processesOfSessions, type SessionProcesses } from "./process-list.js";
+import { processesOfSessions, type ProcessFinder } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
 
 /**
  * For each session (by key), what the files its processes hold deleted on the filesystem `device` take: allocated
- * bytes and inodes, each file once. Sessions whose processes are gone, or unreadable, hold nothing.
+ * bytes and inodes, each file once; looking at no more descriptors and mappings than `budget` has left. Sessions
+ * whose processes are gone, or unreadable, hold nothing.
  */
 export function heldDeletedFiles(options: {
   /** st_dev of the guarded filesystem: deleted files elsewhere (a tmpfs, memfd) do not count. */
   device: number;
-  sessions: ReadonlyMap<string, SessionProcesses>;
+  sessions: ReadonlyMap<string, ProcessFinder>;
+  budget: LookBudget;
 }): Map<string, Usage> {
   const held = new Map<string, Usage>();
-  for (const [key, processes] of processesOfSessions(options.sessions)) {
+  for (const [key, processes] of fromRandomStart([...processesOfSessions(options.sessions)])) {
     const files = new Map<number, number>();
-    for (const { pid } of processes) {
-      for (const { stats } of deletedFilesOf(pid)) if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
+    for (const { pid } of fromRandomStart(processes)) {
+      for (const { stats } of deletedFilesOf(pid, options.budget))
+        if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
     }
     let bytes = 0;
     for (const blocks of files.values()) bytes += blocks * 512;
@@ -47,6 +50,22 @@ export interface HeldFile {
 /** How many descriptors and deleted mappings a caller may still look at (each a stat, some microseconds). */
 export interface LookBudget {
   left: number;
+}
+
+/**
+ * What one check of a guard looks at, at most: a session may hold a million descriptors, and one check must end in
+ * time for the next (guard-readings.ts runs it on a thread of its own, so what it costs is only the guard's delay).
+ */
+export const MAX_LOOKED_AT_PER_CHECK = 5_000;
+
+/**
+ * The items from a random one on, wrapping round: what comes first spends a budget first, and no session or process
+ * may stay past it check after check by its place (one listed first with a million descriptors would otherwise keep
+ * every later one out of sight).
+ */
+export function fromRandomStart<T>(items: readonly T[]): T[] {
+  const first = Math.floor(Math.random() * items.length);
+  return [...items.slice(first), ...items.slice(0, first)];
 }
 
 /**

@@ -67,8 +67,16 @@ export function ownPidNamespaceDepth(): number {
 export type SessionProcesses =
   { readonly uid: number } | { readonly below: number } | { readonly list: () => readonly number[] };
 
+/** The same, with the list taken now: what a thread reading /proc for the guards is given (guard-readings.ts). */
+export type ProcessFinder =
+  { readonly uid: number } | { readonly below: number } | { readonly pids: readonly number[] };
+
+export function finderNow(processes: SessionProcesses): ProcessFinder {
+  return "list" in processes ? { pids: [...processes.list()] } : processes;
+}
+
 /** Each session's living processes now (by key), from one reading of /proc. */
-export function processesOfSessions(sessions: ReadonlyMap<string, SessionProcesses>): Map<string, ListedProcess[]> {
+export function processesOfSessions(sessions: ReadonlyMap<string, ProcessFinder>): Map<string, ListedProcess[]> {
   const processes = listProcesses();
   const byPid = new Map(processes.map((entry) => [entry.pid, entry]));
   const children = new Map<number, ListedProcess[]>();
@@ -99,10 +107,7 @@ export function processesOfSessions(sessions: ReadonlyMap<string, SessionProcess
         ? processes.filter((p) => p.uid === owner.uid)
         : "below" in owner
           ? below(owner.below)
-          : owner
-              .list()
-              .map((pid) => byPid.get(pid))
-              .filter((entry) => entry !== undefined),
+          : owner.pids.map((pid) => byPid.get(pid)).filter((entry) => entry !== undefined),
     );
   return found;
 }

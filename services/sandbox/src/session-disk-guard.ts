@@ -33,8 +33,9 @@ import { execFile } from "node:child_process";
 import { setPriority } from "node:os";
 import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
-import { heldDeletedFiles } from "./held-deleted-files.js";
-import type { SessionProcesses } from "./process-list.js";
+import type { GuardReadings } from "./guard-readings.js";
+import { MAX_LOOKED_AT_PER_CHECK } from "./held-deleted-files.js";
+import { finderNow, type ProcessFinder, type SessionProcesses } from "./process-list.js";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
@@ -84,6 +85,8 @@ export interface SessionDiskGuardOptions {
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
   sessions: () => Iterable<GuardedSession>;
+  /** Where /proc is read for the files sessions hold deleted, off the event loop. */
+  readings: GuardReadings;
   logger: Logger;
 }
 
@@ -196,9 +199,14 @@ export class SessionDiskGuard {
     }
     // Within twice a floor: what each session holds, against its baseline.
     const running = [...this.#options.sessions()].filter((session) => session.running);
-    const owners = new Map<string, SessionProcesses>();
-    for (const session of running) if (session.processes !== undefined) owners.set(session.id, session.processes);
-    const held = heldDeletedFiles({ device: (await stat(this.#options.root)).dev, sessions: owners });
+    const owners = new Map<string, ProcessFinder>();
+    for (const session of running)
+      if (session.processes !== undefined) owners.set(session.id, finderNow(session.processes));
+    const held = await this.#options.readings.heldDeletedFiles({
+      device: (await stat(this.#options.root)).dev,
+      sessions: owners,
+      budget: MAX_LOOKED_AT_PER_CHECK,
+    });
     const growth = new Map<
       GuardedSession,
       { sinceBaseline: Usage; sincePrevious: Usage; now: Usage; inDirectories: Usage; deleted: Usage }

@@ -1,5 +1,6 @@
 // What keeps each session within its memory (OZ0_SESSION_MAX_MEMORY_BYTES). No cgroup per session exists where the
-// sandbox runs unprivileged (a pod's cgroup is not its own to divide), so the guard reads, every interval, what each
+// sandbox runs unprivileged (a pod's cgroup is not its own to divide), so the guard reads, every interval, on a
+// thread of its own (guard-readings.ts, sessionsOverMemory below), what each
 // running session's processes take that the node cannot reclaim without ending them: their anonymous and shared
 // memory, swapped out or not, each page shared between processes counted once across them (the kernel's
 // proportional set size, /proc/<pid>/smaps_rollup). A session above its limit is stopped at once (`memory_limit`),
@@ -15,21 +16,24 @@ import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "no
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
 import { heldMemoryFiles, isMemoryFilesystem, mappedFromFiles } from "./held-memory-files.js";
-import { kibibytes, processesOfSessions, residentBytes, type SessionProcesses } from "./process-list.js";
+import type { GuardReadings } from "./guard-readings.js";
+import { fromRandomStart, MAX_LOOKED_AT_PER_CHECK } from "./held-deleted-files.js";
+import {
+  finderNow,
+  kibibytes,
+  processesOfSessions,
+  residentBytes,
+  type ProcessFinder,
+  type SessionProcesses,
+} from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
 import { SHARED_WRITABLE_PLACES, systemVTable } from "./session-user-files.js";
 
 /**
- * The most entries of the node's tmpfs places one check looks at: the walk runs on the sandbox's event loop, and a
- * session making a million empty files there must not stall it (what lies past the budget is not counted).
+ * The most entries of the node's tmpfs places one check looks at: a session making a million empty files there must
+ * not hold the guard's every check up (what lies past the budget is not counted).
  */
 const MAX_WALKED_ENTRIES = 50_000;
-/**
- * The most descriptors and deleted mappings of sessions' processes one check looks at for files of memory with no
- * name: each a stat of some microseconds on the event loop, and a session may hold a million descriptors.
- */
-const MAX_LOOKED_AT_FILES = 5_000;
-
 /** A session as the guard sees it. */
 export interface MemoryGuardedSession {
   readonly id: string;
@@ -46,7 +50,27 @@ export interface SessionMemoryGuardOptions {
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
   sessions: () => Iterable<MemoryGuardedSession>;
+  /** Where /proc is read, off the event loop. */
+  readings: GuardReadings;
   logger: Logger;
+}
+
+/** Where a session's memory was, beside its processes', in bytes. */
+export interface MemoryOutside {
+  /** Its files in the node's tmpfs places (`user` mode). */
+  inTmpfs: number;
+  /** System V segments it made and no process attaches (`user` mode). */
+  detached: number;
+  /** Files of memory with no name its processes hold, and how many. */
+  held: number;
+  heldFiles: number;
+}
+
+/** A session found above its limit. */
+export interface MemoryOverLimit {
+  readonly sessionId: string;
+  readonly bytes: number;
+  readonly outside: MemoryOutside;
 }
 
 export class SessionMemoryGuard {
@@ -54,6 +78,7 @@ export class SessionMemoryGuard {
   readonly #timer: NodeJS.Timeout;
   /** The node's shared places that are a tmpfs, where a `user`-mode session's files are memory. */
   readonly #sharedTmpfs: readonly string[];
+  #checking = false;
 
   constructor(options: SessionMemoryGuardOptions) {
     this.#options = options;
@@ -64,74 +89,54 @@ export class SessionMemoryGuard {
         return false; // not on this node
       }
     });
-    this.#timer = setInterval(() => this.check(), options.intervalMs ?? 1000);
+    this.#timer = setInterval(() => void this.check(), options.intervalMs ?? 1000);
     this.#timer.unref();
   }
 
-  /** One check (the timer's); never throws. */
-  check(): void {
-    const running = [...this.#options.sessions()].filter((session) => session.running);
-    const owners = new Map<string, SessionProcesses>();
-    for (const session of running) if (session.processes !== undefined) owners.set(session.id, session.processes);
-    if (owners.size === 0) return;
-    const processes = processesOfSessions(owners);
-    // A `user`-mode session's files in the node's tmpfs places and its detached System V segments, every such
-    // session's in one reading.
-    const uids = new Set([...owners.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
-    const inTmpfsByUid = uids.size > 0 ? ownedFiles(this.#sharedTmpfs, uids) : new Map<number, Map<string, number>>();
-    const detachedByUid = uids.size > 0 ? detachedSegments(uids) : new Map<number, Map<number, number>>();
-    const budget = { left: MAX_LOOKED_AT_FILES };
-    // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
-    const nodeShmem = meminfoBytes("Shmem");
+  /** One check (the timer's); never throws. One at a time: a check slower than the interval delays the next. */
+  async check(): Promise<void> {
+    if (this.#checking) return;
+    this.#checking = true;
+    try {
+      const running = new Map<string, MemoryGuardedSession>();
+      const sessions = new Map<string, ProcessFinder>();
+      for (const session of this.#options.sessions()) {
+        if (!session.running || session.processes === undefined) continue;
+        running.set(session.id, session);
+        sessions.set(session.id, finderNow(session.processes));
+      }
+      if (sessions.size === 0) return;
+      const over = await this.#options.readings.sessionsOverMemory({
+        sessions,
+        maxBytes: this.#options.maxBytes,
+        sharedTmpfs: this.#sharedTmpfs,
+      });
+      for (const { sessionId, bytes, outside } of over) this.#stop(running.get(sessionId)!, bytes, outside);
+    } catch (error) {
+      this.#options.logger.error({ err: error }, "could not read the sessions' memory");
+    } finally {
+      this.#checking = false;
+    }
+  }
+
+  #stop(session: MemoryGuardedSession, bytes: number, outside: MemoryOutside): void {
+    if (!session.running) return; // ended while the reading ran
     const maxBytes = this.#options.maxBytes;
-    for (const session of running) {
-      const owner = owners.get(session.id);
-      const listed = processes.get(session.id) ?? [];
-      const pids = listed.map((entry) => entry.pid);
-      const uid = owner !== undefined && "uid" in owner ? owner.uid : undefined;
-      const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
-      const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
-      const outside = { inTmpfs: sum(inTmpfsFiles.values()), detached: sum(detached.values()), held: 0, heldFiles: 0 };
-      // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
-      // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
-      // millisecond for a large process) and is read only for a session the cheaper figures put above its limit.
-      let resident = listed.reduce((total, entry) => total + entry.residentBytes, outside.inTmpfs + outside.detached);
-      // Files with no name that are memory (a memfd written and not mapped): looked for only when the node's
-      // shared memory could take the session above its limit.
-      let held = new Map<string, number>();
-      if (resident + nodeShmem > maxBytes) {
-        held = heldMemoryFiles(pids, budget);
-        outside.held = sum(held.values());
-        outside.heldFiles = held.size;
-        // A segment attached since /proc/sysvipc/shm was read is in `held` (its inode number is its id): once.
-        const heldInodes = new Set([...held.keys()].map((key) => key.slice(key.indexOf(":") + 1)));
-        for (const [id, bytes] of detached) if (heldInodes.has(String(id))) outside.detached -= bytes;
-        resident += outside.held;
-      }
-      if (resident <= maxBytes) continue;
-      // Its files of memory count whole, once: what its processes map of them comes off their proportional figure.
-      const files = new Map([...inTmpfsFiles, ...held]);
-      const taken = pids.reduce(
-        (total, pid) => total + processMemory(pid, "proportional") - (files.size > 0 ? mappedFromFiles(pid, files) : 0),
-        outside.inTmpfs + outside.detached + outside.held,
+    this.#options.logger.warn(
+      { sessionId: session.id, bytes, maxBytes },
+      "session stopped: it took more memory than a session may",
+    );
+    try {
+      session.stopForMemory(
+        `the session took ${mebibytes(bytes)} of memory (${this.#describe(outside)}), above a session's limit of ${mebibytes(maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
       );
-      if (taken <= maxBytes) continue;
-      this.#options.logger.warn(
-        { sessionId: session.id, bytes: taken, maxBytes },
-        "session stopped: it took more memory than a session may",
-      );
-      try {
-        session.stopForMemory(
-          `the session took ${mebibytes(taken)} of memory (${this.#describe(outside)}), above a session's limit of ${mebibytes(maxBytes)} (OZ0_SESSION_MAX_MEMORY_BYTES); the session was stopped`,
-        );
-      } catch (error) {
-        this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session over its memory");
-      }
+    } catch (error) {
+      this.#options.logger.error({ err: error, sessionId: session.id }, "could not stop a session over its memory");
     }
   }
 
   /** Where a stopped session's memory was, beside its processes'. */
-  #describe(outside: { inTmpfs: number; detached: number; held: number; heldFiles: number }): string {
+  #describe(outside: MemoryOutside): string {
     const parts = ["its processes"];
     if (outside.held > 0)
       parts.push(
@@ -147,6 +152,63 @@ export class SessionMemoryGuard {
   close(): void {
     clearInterval(this.#timer);
   }
+}
+
+/**
+ * The sessions above `maxBytes` now, with what each took: read from /proc, on the guard's thread (guard-readings.ts).
+ * Sessions are taken from a random one on, and each one's processes too: the files of memory with no name are looked
+ * for within one budget a check.
+ */
+export function sessionsOverMemory(options: {
+  sessions: ReadonlyMap<string, ProcessFinder>;
+  maxBytes: number;
+  /** The node's shared places that are a tmpfs. */
+  sharedTmpfs: readonly string[];
+}): MemoryOverLimit[] {
+  const { maxBytes } = options;
+  const processes = processesOfSessions(options.sessions);
+  // A `user`-mode session's files in the node's tmpfs places and its detached System V segments, every such
+  // session's in one reading.
+  const uids = new Set([...options.sessions.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
+  const inTmpfsByUid = uids.size > 0 ? ownedFiles(options.sharedTmpfs, uids) : new Map<number, Map<string, number>>();
+  const detachedByUid = uids.size > 0 ? detachedSegments(uids) : new Map<number, Map<number, number>>();
+  const budget = { left: MAX_LOOKED_AT_PER_CHECK };
+  // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
+  const nodeShmem = meminfoBytes("Shmem");
+  const over: MemoryOverLimit[] = [];
+  for (const [sessionId, owner] of fromRandomStart([...options.sessions])) {
+    const listed = processes.get(sessionId) ?? [];
+    const pids = fromRandomStart(listed.map((entry) => entry.pid));
+    const uid = "uid" in owner ? owner.uid : undefined;
+    const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
+    const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
+    const outside = { inTmpfs: sum(inTmpfsFiles.values()), detached: sum(detached.values()), held: 0, heldFiles: 0 };
+    // Resident memory first, read with the processes' status (counters the kernel keeps); it counts each page two
+    // processes share in both, so it is never below the proportional figure, which walks every mapping (about a
+    // millisecond for a large process) and is read only for a session the cheaper figures put above its limit.
+    let resident = listed.reduce((total, entry) => total + entry.residentBytes, outside.inTmpfs + outside.detached);
+    // Files with no name that are memory (a memfd written and not mapped): looked for only when the node's
+    // shared memory could take the session above its limit.
+    let held = new Map<string, number>();
+    if (resident + nodeShmem > maxBytes) {
+      held = heldMemoryFiles(pids, budget);
+      outside.held = sum(held.values());
+      outside.heldFiles = held.size;
+      // A segment attached since /proc/sysvipc/shm was read is in `held` (its inode number is its id): once.
+      const heldInodes = new Set([...held.keys()].map((key) => key.slice(key.indexOf(":") + 1)));
+      for (const [id, bytes] of detached) if (heldInodes.has(String(id))) outside.detached -= bytes;
+      resident += outside.held;
+    }
+    if (resident <= maxBytes) continue;
+    // Its files of memory count whole, once: what its processes map of them comes off their proportional figure.
+    const files = new Map([...inTmpfsFiles, ...held]);
+    const taken = pids.reduce(
+      (total, pid) => total + processMemory(pid, "proportional") - (files.size > 0 ? mappedFromFiles(pid, files) : 0),
+      outside.inTmpfs + outside.detached + outside.held,
+    );
+    if (taken > maxBytes) over.push({ sessionId, bytes: taken, outside });
+  }
+  return over;
 }
 
 /**

@@ -31,6 +31,7 @@ import {
 import type { SessionUserLease, SessionUserPool } from "./session-user-pool.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
 import type { UserModeSyscallFilter } from "./syscall-filter.js";
+import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
 
@@ -135,6 +136,8 @@ export class SessionRegistry {
   readonly #forwardBudget: ForwardBudget | undefined;
   /** The LLM origins' shared sockets, for the sessions taken over that a previous version started on them (llm-forwarder.ts). */
   readonly #listeners: SharedLlmListeners | undefined;
+  /** The guards' reading of /proc, on a thread of its own (guard-readings.ts). */
+  readonly #guardReadings = new GuardReadings();
   /** Keeps room on the sessions' disk (session-disk-guard.ts). */
   readonly #diskGuard: SessionDiskGuard;
   /** Keeps each session within its memory, when it has a limit (session-memory-guard.ts). */
@@ -143,6 +146,7 @@ export class SessionRegistry {
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
     this.#diskGuard = new SessionDiskGuard({
+      readings: this.#guardReadings,
       root: options.root,
       minFreeBytes: options.minFreeDiskBytes,
       minFreeFiles: options.minFreeDiskFiles,
@@ -153,6 +157,7 @@ export class SessionRegistry {
     });
     if ((options.maxSessionMemoryBytes ?? 0) > 0)
       this.#memoryGuard = new SessionMemoryGuard({
+        readings: this.#guardReadings,
         maxBytes: options.maxSessionMemoryBytes!,
         ...(options.memoryCheckMs !== undefined ? { intervalMs: options.memoryCheckMs } : {}),
         sessions: () => this.#sessions.values(),
@@ -601,6 +606,7 @@ export class SessionRegistry {
     this.#shuttingDown = true;
     this.#diskGuard.close();
     this.#memoryGuard?.close();
+    await this.#guardReadings.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));

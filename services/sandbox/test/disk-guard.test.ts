@@ -130,6 +130,8 @@ void it("stops the session filling the sandbox's disk limit, and the others run 
 void it("refuses every session while the root holds more than its limit leaves above the floor", async () => {
   const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
   const { SessionDiskGuard } = await import("../src/session-disk-guard.js");
+  const { GuardReadings } = await import("../src/guard-readings.js");
+  const readings = new GuardReadings();
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-guard-limit-"));
   try {
     writeFileSync(path.join(dir, "left.bin"), randomBytes(64 * MIB));
@@ -140,6 +142,7 @@ void it("refuses every session while the root holds more than its limit leaves a
         minFreeBytes: 32 * MIB,
         minFreeFiles: 1,
         sessions: () => [],
+        readings,
         logger: recordingLogger().logger,
       });
     const roomy = guard(128 * MIB);
@@ -155,6 +158,7 @@ void it("refuses every session while the root holds more than its limit leaves a
       full.close();
     }
   } finally {
+    await readings.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
@@ -200,6 +204,8 @@ void it("refuses every session while the disk is below its floor, saying why", a
 void it("stops the session that grew, not the one that holds the most", async () => {
   const { mkdtempSync, writeFileSync, mkdirSync, rmSync } = await import("node:fs");
   const { SessionDiskGuard } = await import("../src/session-disk-guard.js");
+  const { GuardReadings } = await import("../src/guard-readings.js");
+  const readings = new GuardReadings();
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-guard-"));
   const stopped: string[] = [];
   const session = (id: string) => {
@@ -217,6 +223,7 @@ void it("stops the session that grew, not the one that holds the most", async ()
       minFreeBytes: disk.bavail * disk.bsize - 48 * MIB,
       minFreeFiles: 1,
       sessions: () => [holder, writer],
+      readings,
       logger: recordingLogger().logger,
     });
     try {
@@ -229,6 +236,7 @@ void it("stops the session that grew, not the one that holds the most", async ()
       guard.close();
     }
   } finally {
+    await readings.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });

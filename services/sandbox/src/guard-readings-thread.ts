@@ -1,0 +1,27 @@
+// The guards' thread (guard-readings.ts): runs each reading it is sent and
+// answers with its result, one at a time.
+import { parentPort } from "node:worker_threads";
+import type { GuardReadingReply, GuardReadingTask } from "./guard-readings.js";
+import { heldDeletedFiles } from "./held-deleted-files.js";
+import { sessionsOverMemory } from "./session-memory-guard.js";
+
+function run(task: GuardReadingTask): unknown {
+  switch (task.kind) {
+    case "sessionsOverMemory":
+      return sessionsOverMemory(task.input);
+    case "heldDeletedFiles": {
+      const { budget, ...rest } = task.input;
+      return heldDeletedFiles({ ...rest, budget: { left: budget } });
+    }
+  }
+}
+
+parentPort!.on("message", ({ id, task }: { id: number; task: GuardReadingTask }) => {
+  let reply: GuardReadingReply;
+  try {
+    reply = { id, result: run(task) };
+  } catch (error) {
+    reply = { id, error: error instanceof Error ? error.message : String(error) };
+  }
+  parentPort!.postMessage(reply);
+});

@@ -1,0 +1,110 @@
+// What the memory and disk guards read of /proc, read on a thread of its own
+// (guard-readings-thread.ts). A reading is synchronous work proportional to
+// what the sessions hold: every process's status, every descriptor and
+// mapping of theirs looked at for files with no name, the files of the
+// node's tmpfs places. A session decides how much that is (a million
+// descriptors, a thousand processes, fifty thousand files in /dev/shm) and
+// can make a guard look (its own memfd raises the node's Shmem, its own
+// files bring the disk near its floor): on the event loop every check then
+// stalled every session's stream, the node's heartbeat and every RPC for as
+// long as it took. On the thread a slow reading delays only the guard that
+// asked (a check runs once the one before has ended), and each is bounded
+// (held-deleted-files.ts, MAX_LOOKED_AT_PER_CHECK).
+import { Worker } from "node:worker_threads";
+import type { ProcessFinder } from "./process-list.js";
+import type { Usage } from "./session-disk-guard.js";
+import type { MemoryOverLimit } from "./session-memory-guard.js";
+
+/** What the thread is asked: a function of guard-readings-thread.ts and its input. */
+export type GuardReadingTask =
+  | {
+      readonly kind: "sessionsOverMemory";
+      readonly input: {
+        sessions: ReadonlyMap<string, ProcessFinder>;
+        maxBytes: number;
+        sharedTmpfs: readonly string[];
+      };
+    }
+  | {
+      readonly kind: "heldDeletedFiles";
+      readonly input: { device: number; sessions: ReadonlyMap<string, ProcessFinder>; budget: number };
+    };
+
+export type GuardReadingReply = { id: number; result: unknown } | { id: number; error: string };
+
+/** The thread's module, beside this one: the .ts source under tsx (tests), the .js file once built. */
+const THREAD = new URL(
+  import.meta.url.endsWith(".ts") ? "./guard-readings-thread.ts" : "./guard-readings-thread.js",
+  import.meta.url,
+);
+
+export class GuardReadings {
+  #worker: Worker | undefined;
+  #nextId = 0;
+  readonly #pending = new Map<number, { resolve: (result: unknown) => void; reject: (error: Error) => void }>();
+
+  /** The sessions above `maxBytes` now (session-memory-guard.ts, sessionsOverMemory). */
+  sessionsOverMemory(
+    input: Extract<GuardReadingTask, { kind: "sessionsOverMemory" }>["input"],
+  ): Promise<MemoryOverLimit[]> {
+    return this.#ask({ kind: "sessionsOverMemory", input }) as Promise<MemoryOverLimit[]>;
+  }
+
+  /** What each session holds deleted on the filesystem `device` (held-deleted-files.ts, heldDeletedFiles). */
+  heldDeletedFiles(
+    input: Extract<GuardReadingTask, { kind: "heldDeletedFiles" }>["input"],
+  ): Promise<Map<string, Usage>> {
+    return this.#ask({ kind: "heldDeletedFiles", input }) as Promise<Map<string, Usage>>;
+  }
+
+  /** Ends the thread; a reading still running is answered with an error. */
+  async close(): Promise<void> {
+    const worker = this.#worker;
+    this.#worker = undefined;
+    if (worker !== undefined) await worker.terminate();
+    this.#failAll(new Error("the guards' reading thread was closed"));
+  }
+
+  #ask(task: GuardReadingTask): Promise<unknown> {
+    const worker = this.#started();
+    const id = this.#nextId++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      // Waited for: the process stays up while a reading runs (the guards' timers do not hold it).
+      worker.ref();
+      worker.postMessage({ id, task });
+    });
+  }
+
+  /** The thread, started at the first reading (a sandbox whose guards never look starts none). */
+  #started(): Worker {
+    if (this.#worker !== undefined) return this.#worker;
+    const worker = new Worker(THREAD);
+    worker.unref();
+    worker.on("message", (reply: GuardReadingReply) => {
+      const pending = this.#pending.get(reply.id);
+      this.#pending.delete(reply.id);
+      if (this.#pending.size === 0) worker.unref();
+      if (pending === undefined) return;
+      if ("error" in reply) pending.reject(new Error(reply.error));
+      else pending.resolve(reply.result);
+    });
+    // A thread that failed is started again at the next reading.
+    worker.on("error", (error) => {
+      if (this.#worker === worker) this.#worker = undefined;
+      this.#failAll(error);
+    });
+    worker.on("exit", () => {
+      if (this.#worker === worker) this.#worker = undefined;
+      this.#failAll(new Error("the guards' reading thread exited"));
+    });
+    this.#worker = worker;
+    return worker;
+  }
+
+  #failAll(error: Error): void {
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const { reject } of pending) reject(error);
+  }
+}
