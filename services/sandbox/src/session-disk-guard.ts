@@ -96,6 +96,7 @@ export class SessionDiskGuard {
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
   #checking = false;
+  #closed = false;
   /**
    * What statfs said last, or what the limit leaves when that is less (`underLimit`); undefined before, and after a
    * statfs that failed (no refusal on a guess).
@@ -161,6 +162,8 @@ export class SessionDiskGuard {
     try {
       await this.#check();
     } catch (error) {
+      // Closed meanwhile: the sandbox is stopping, and the guards' reading thread with it.
+      if (this.#closed) return;
       this.#free = undefined;
       this.#options.logger.warn(
         { err: error, root: this.#options.root },
@@ -294,6 +297,7 @@ export class SessionDiskGuard {
   }
 
   close(): void {
+    this.#closed = true;
     clearInterval(this.#timer);
   }
 }

@@ -79,6 +79,7 @@ export class SessionMemoryGuard {
   /** The node's shared places that are a tmpfs, where a `user`-mode session's files are memory. */
   readonly #sharedTmpfs: readonly string[];
   #checking = false;
+  #closed = false;
 
   constructor(options: SessionMemoryGuardOptions) {
     this.#options = options;
@@ -113,7 +114,8 @@ export class SessionMemoryGuard {
       });
       for (const { sessionId, bytes, outside } of over) this.#stop(running.get(sessionId)!, bytes, outside);
     } catch (error) {
-      this.#options.logger.error({ err: error }, "could not read the sessions' memory");
+      // Closed meanwhile: the sandbox is stopping, and its reading thread with it.
+      if (!this.#closed) this.#options.logger.error({ err: error }, "could not read the sessions' memory");
     } finally {
       this.#checking = false;
     }
@@ -150,6 +152,7 @@ export class SessionMemoryGuard {
   }
 
   close(): void {
+    this.#closed = true;
     clearInterval(this.#timer);
   }
 }
