@@ -4,11 +4,14 @@ import { parentPort } from "node:worker_threads";
 import type { GuardReadingReply, GuardReadingTask } from "./guard-readings.js";
 import { heldDeletedFiles } from "./held-deleted-files.js";
 import { sessionsOverMemory } from "./session-memory-guard.js";
+import { sessionsOverOpenFiles } from "./session-open-files-guard.js";
 
 function run(task: GuardReadingTask): unknown {
   switch (task.kind) {
     case "sessionsOverMemory":
       return sessionsOverMemory(task.input);
+    case "sessionsOverOpenFiles":
+      return sessionsOverOpenFiles(task.input);
     case "heldDeletedFiles": {
       const { budget, ...rest } = task.input;
       return heldDeletedFiles({ ...rest, budget: { left: budget } });

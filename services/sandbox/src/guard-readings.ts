@@ -1,4 +1,4 @@
-// What the memory and disk guards read of /proc, read on a thread of its own
+// What the memory, open files and disk guards read of /proc, read on a thread of its own
 // (guard-readings-thread.ts). A reading is synchronous work proportional to
 // what the sessions hold: every process's status, every descriptor and
 // mapping of theirs looked at for files with no name, the files of the
@@ -14,6 +14,7 @@ import { Worker } from "node:worker_threads";
 import type { ProcessFinder } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
 import type { MemoryOverLimit } from "./session-memory-guard.js";
+import type { OpenFilesOverLimit } from "./session-open-files-guard.js";
 
 /** What the thread is asked: a function of guard-readings-thread.ts and its input. */
 export type GuardReadingTask =
@@ -24,6 +25,10 @@ export type GuardReadingTask =
         maxBytes: number;
         sharedTmpfs: readonly string[];
       };
+    }
+  | {
+      readonly kind: "sessionsOverOpenFiles";
+      readonly input: { sessions: ReadonlyMap<string, ProcessFinder>; max: number };
     }
   | {
       readonly kind: "heldDeletedFiles";
@@ -48,6 +53,13 @@ export class GuardReadings {
     input: Extract<GuardReadingTask, { kind: "sessionsOverMemory" }>["input"],
   ): Promise<MemoryOverLimit[]> {
     return this.#ask({ kind: "sessionsOverMemory", input }) as Promise<MemoryOverLimit[]>;
+  }
+
+  /** The sessions whose processes hold more than `max` descriptors now (session-open-files-guard.ts). */
+  sessionsOverOpenFiles(
+    input: Extract<GuardReadingTask, { kind: "sessionsOverOpenFiles" }>["input"],
+  ): Promise<OpenFilesOverLimit[]> {
+    return this.#ask({ kind: "sessionsOverOpenFiles", input }) as Promise<OpenFilesOverLimit[]>;
   }
 
   /** What each session holds deleted on the filesystem `device` (held-deleted-files.ts, heldDeletedFiles). */

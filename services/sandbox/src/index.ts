@@ -24,6 +24,7 @@ import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDERR_WRITTEN_BYTES } from "./stderr-capture.js";
 import { DEFAULT_MAX_STDOUT_BYTES } from "./stdout-limit.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
+import { defaultMaxOpenFiles } from "./session-open-files-guard.js";
 import { SessionRegistry } from "./session-registry.js";
 import { sandboxEntryCommand } from "./sandbox-entry.js";
 import {
@@ -133,6 +134,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason; and `sessionMemory`, the most a
   // session's processes may take, in bytes (session-memory-guard.ts).
   const maxMemory = config.maxSessionMemoryBytes ?? 0;
+  // `sessionOpenFiles`: the most descriptors a session's processes may hold (session-open-files-guard.ts).
+  const maxOpenFiles = config.maxSessionOpenFiles ?? defaultMaxOpenFiles(maxSessions);
   const processFields = {
     ...(processes.limit !== undefined
       ? {
@@ -141,6 +144,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         }
       : { sessionProcesses: "unlimited", sessionProcessesReason: processes.reason }),
     sessionMemory: maxMemory > 0 ? maxMemory : "unlimited",
+    sessionOpenFiles: maxOpenFiles > 0 ? maxOpenFiles : "unlimited",
   };
   // The seccomp filter: bwrap's trial loaded it (or said why not); the `user` mode loads it with perl, as root, before setpriv.
   const filter = chooseSyscallFilter({
@@ -247,6 +251,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
     maxSessionMemoryBytes: config.maxSessionMemoryBytes,
     ...(config.memoryCheckMs !== undefined ? { memoryCheckMs: config.memoryCheckMs } : {}),
+    maxSessionOpenFiles: maxOpenFiles,
+    ...(config.openFilesCheckMs !== undefined ? { openFilesCheckMs: config.openFilesCheckMs } : {}),
     isolation: useBwrap
       ? {
           mode: "bwrap",

@@ -13,6 +13,8 @@ export interface ListedProcess {
   readonly pidNamespaceDepth: number;
   /** Its resident anonymous and shared memory and its swap, in bytes ({@link residentBytes}). */
   readonly residentBytes: number;
+  /** The slots of its descriptor table (FDSize): never fewer than the descriptors it holds open. */
+  readonly descriptorSlots: number;
 }
 
 /**
@@ -53,6 +55,7 @@ export function listProcesses(): ListedProcess[] {
       parent: Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       pidNamespaceDepth: /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1,
       residentBytes: residentBytes(status),
+      descriptorSlots: Number(/^FDSize:\s+(\d+)/m.exec(status)?.[1] ?? 0),
     });
   }
   return listed;
@@ -73,6 +76,20 @@ export type ProcessFinder =
 
 export function finderNow(processes: SessionProcesses): ProcessFinder {
   return "list" in processes ? { pids: [...processes.list()] } : processes;
+}
+
+/** The running sessions whose processes can be found, by id, with how to find them now (for the guards' thread). */
+export function runningSessions<
+  S extends { readonly id: string; readonly running: boolean; readonly processes?: SessionProcesses | undefined },
+>(sessions: Iterable<S>): { running: Map<string, S>; finders: Map<string, ProcessFinder> } {
+  const running = new Map<string, S>();
+  const finders = new Map<string, ProcessFinder>();
+  for (const session of sessions) {
+    if (!session.running || session.processes === undefined) continue;
+    running.set(session.id, session);
+    finders.set(session.id, finderNow(session.processes));
+  }
+  return { running, finders };
 }
 
 /** Each session's living processes now (by key), from one reading of /proc. */

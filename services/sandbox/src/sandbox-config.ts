@@ -80,6 +80,14 @@ export interface SandboxConfig {
   /** Between checks of that (OZ0_SESSION_MEMORY_CHECK_MS). Default 1000. */
   memoryCheckMs?: number;
   /**
+   * The most descriptors a session's processes may hold together (OZ0_SESSION_MAX_OPEN_FILES); above it the session is
+   * stopped (session-open-files-guard.ts). Default 65,536, less where the node's table of open files is small
+   * (defaultMaxOpenFiles); 0: no limit.
+   */
+  maxSessionOpenFiles?: number;
+  /** Between checks of that (OZ0_SESSION_OPEN_FILES_CHECK_MS). Default 1000. */
+  openFilesCheckMs?: number;
+  /**
    * The seccomp filter of sessions under bubblewrap and in the `user` mode (OZ0_SESSION_SYSCALL_FILTER): `auto` loads
    * it where it works and says why not where it does not; `on` refuses to start without it; `off` runs sessions
    * without it, for agents whose tools make user namespaces themselves (a browser's own sandbox). Default auto.
@@ -277,6 +285,11 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
       unit: "bytes a session (0: no limit)",
     }),
     memoryCheckMs: envInteger(env, "OZ0_SESSION_MEMORY_CHECK_MS", { min: 10, unit: "ms" }),
+    maxSessionOpenFiles: envInteger(env, "OZ0_SESSION_MAX_OPEN_FILES", {
+      min: 0,
+      unit: "descriptors a session (0: no limit)",
+    }),
+    openFilesCheckMs: envInteger(env, "OZ0_SESSION_OPEN_FILES_CHECK_MS", { min: 10, unit: "ms" }),
     eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
     sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),

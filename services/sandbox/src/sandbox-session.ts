@@ -305,6 +305,11 @@ export class SandboxSession {
     this.#breakLimit("memory_limit", message, { kill: true });
   }
 
+  /** Stops it at once, as a flood of output is: it held more open files than a session may (session-open-files-guard.ts). */
+  stopForOpenFiles(message: string): void {
+    this.#breakLimit("open_files_limit", message, { kill: true });
+  }
+
   /** Stops it at once, as a flood of output is: it was filling the node's disk (session-disk-guard.ts). */
   stopForDisk(message: string): void {
     this.#breakLimit("disk_full", message, { kill: true });

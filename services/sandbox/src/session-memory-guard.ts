@@ -18,11 +18,12 @@ import type { Logger } from "@oz0/serving";
 import { heldMemoryFiles, isMemoryFilesystem, mappedFromFiles } from "./held-memory-files.js";
 import type { GuardReadings } from "./guard-readings.js";
 import { fromRandomStart, MAX_LOOKED_AT_PER_CHECK } from "./held-deleted-files.js";
+import { PeriodicCheck } from "./periodic-check.js";
 import {
-  finderNow,
   kibibytes,
   processesOfSessions,
   residentBytes,
+  runningSessions,
   type ProcessFinder,
   type SessionProcesses,
 } from "./process-list.js";
@@ -75,11 +76,9 @@ export interface MemoryOverLimit {
 
 export class SessionMemoryGuard {
   readonly #options: SessionMemoryGuardOptions;
-  readonly #timer: NodeJS.Timeout;
+  readonly #checks: PeriodicCheck;
   /** The node's shared places that are a tmpfs, where a `user`-mode session's files are memory. */
   readonly #sharedTmpfs: readonly string[];
-  #checking = false;
-  #closed = false;
 
   constructor(options: SessionMemoryGuardOptions) {
     this.#options = options;
@@ -90,35 +89,27 @@ export class SessionMemoryGuard {
         return false; // not on this node
       }
     });
-    this.#timer = setInterval(() => void this.check(), options.intervalMs ?? 1000);
-    this.#timer.unref();
+    this.#checks = new PeriodicCheck({
+      intervalMs: options.intervalMs,
+      check: () => this.#check(),
+      onError: (error) => options.logger.error({ err: error }, "could not read the sessions' memory"),
+    });
   }
 
-  /** One check (the timer's); never throws. One at a time: a check slower than the interval delays the next. */
-  async check(): Promise<void> {
-    if (this.#checking) return;
-    this.#checking = true;
-    try {
-      const running = new Map<string, MemoryGuardedSession>();
-      const sessions = new Map<string, ProcessFinder>();
-      for (const session of this.#options.sessions()) {
-        if (!session.running || session.processes === undefined) continue;
-        running.set(session.id, session);
-        sessions.set(session.id, finderNow(session.processes));
-      }
-      if (sessions.size === 0) return;
-      const over = await this.#options.readings.sessionsOverMemory({
-        sessions,
-        maxBytes: this.#options.maxBytes,
-        sharedTmpfs: this.#sharedTmpfs,
-      });
-      for (const { sessionId, bytes, outside } of over) this.#stop(running.get(sessionId)!, bytes, outside);
-    } catch (error) {
-      // Closed meanwhile: the sandbox is stopping, and its reading thread with it.
-      if (!this.#closed) this.#options.logger.error({ err: error }, "could not read the sessions' memory");
-    } finally {
-      this.#checking = false;
-    }
+  /** One check (the timer's); never throws. */
+  check(): Promise<void> {
+    return this.#checks.run();
+  }
+
+  async #check(): Promise<void> {
+    const { running, finders } = runningSessions(this.#options.sessions());
+    if (finders.size === 0) return;
+    const over = await this.#options.readings.sessionsOverMemory({
+      sessions: finders,
+      maxBytes: this.#options.maxBytes,
+      sharedTmpfs: this.#sharedTmpfs,
+    });
+    for (const { sessionId, bytes, outside } of over) this.#stop(running.get(sessionId)!, bytes, outside);
   }
 
   #stop(session: MemoryGuardedSession, bytes: number, outside: MemoryOutside): void {
@@ -152,8 +143,7 @@ export class SessionMemoryGuard {
   }
 
   close(): void {
-    this.#closed = true;
-    clearInterval(this.#timer);
+    this.#checks.close();
   }
 }
 

@@ -34,6 +34,7 @@ import type { UserModeSyscallFilter } from "./syscall-filter.js";
 import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
+import { SessionOpenFilesGuard } from "./session-open-files-guard.js";
 
 /** Lifecycle hooks (the events publisher listens here). */
 export interface SessionLifecycleListener {
@@ -57,6 +58,10 @@ export interface SessionRegistryOptions {
   diskCheckMs?: number;
   /** The most memory a session may take (session-memory-guard.ts); undefined or 0: no limit. */
   maxSessionMemoryBytes?: number | undefined;
+  /** The most descriptors a session's processes may hold together (session-open-files-guard.ts); 0 or undefined: no limit. */
+  maxSessionOpenFiles?: number | undefined;
+  /** Between checks of that. Default 1000 ms. */
+  openFilesCheckMs?: number;
   /** Between the memory guard's checks; default 1000 ms. */
   memoryCheckMs?: number;
   isolation:
@@ -142,6 +147,8 @@ export class SessionRegistry {
   readonly #diskGuard: SessionDiskGuard;
   /** Keeps each session within its memory, when it has a limit (session-memory-guard.ts). */
   readonly #memoryGuard: SessionMemoryGuard | undefined;
+  /** Keeps each session within its open files, when it has a limit (session-open-files-guard.ts). */
+  readonly #openFilesGuard: SessionOpenFilesGuard | undefined;
 
   constructor(options: SessionRegistryOptions) {
     this.#options = options;
@@ -160,6 +167,14 @@ export class SessionRegistry {
         readings: this.#guardReadings,
         maxBytes: options.maxSessionMemoryBytes!,
         ...(options.memoryCheckMs !== undefined ? { intervalMs: options.memoryCheckMs } : {}),
+        sessions: () => this.#sessions.values(),
+        logger: options.logger,
+      });
+    if ((options.maxSessionOpenFiles ?? 0) > 0)
+      this.#openFilesGuard = new SessionOpenFilesGuard({
+        readings: this.#guardReadings,
+        maxOpenFiles: options.maxSessionOpenFiles!,
+        ...(options.openFilesCheckMs !== undefined ? { intervalMs: options.openFilesCheckMs } : {}),
         sessions: () => this.#sessions.values(),
         logger: options.logger,
       });
@@ -606,6 +621,7 @@ export class SessionRegistry {
     this.#shuttingDown = true;
     this.#diskGuard.close();
     this.#memoryGuard?.close();
+    this.#openFilesGuard?.close();
     await this.#guardReadings.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");

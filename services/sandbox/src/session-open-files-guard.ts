@@ -1,0 +1,137 @@
+// What keeps each session within its open files (OZ0_SESSION_MAX_OPEN_FILES).
+// The node has one table of open files for everyone (fs.file-max, about a
+// tenth of its memory in kibibytes: 2.4 million on a 24 GiB node), and past
+// it every open(2), socket(2) and pipe(2) of every process without
+// CAP_SYS_ADMIN fails with ENFILE: other sessions, the other services, in
+// Kubernetes every pod on the node. A session reaches it easily: each of its
+// processes may hold as many descriptors as its RLIMIT_NOFILE (the sandbox's
+// hard limit, raised by Node: a million in most containers) and it runs up to
+// OZ0_SESSION_MAX_PROCESSES of them, and what the table holds is kernel
+// memory, charged to no process, which the memory guard does not see. No
+// namespace or rlimit bounds a session's total, so the guard counts it: every
+// interval, on the guards' thread (guard-readings.ts), each running session's
+// processes' descriptors, and a session above its limit is stopped at once
+// (`open_files_limit`), saying how many it held.
+//
+// Counting is cheap first: a process's status gives the slots of its
+// descriptor table (FDSize), which are never fewer than its descriptors;
+// only a session whose slots add up to more than its limit has its
+// processes' descriptors listed (/proc/<pid>/fd, which the sandbox may read
+// in every mode). A descriptor is counted whether or not another shares its
+// open file (dup): the limit is on descriptors, which bound open files.
+import { readdirSync, readFileSync } from "node:fs";
+import type { Logger } from "@oz0/serving";
+import type { GuardReadings } from "./guard-readings.js";
+import { PeriodicCheck } from "./periodic-check.js";
+import { processesOfSessions, runningSessions, type ProcessFinder, type SessionProcesses } from "./process-list.js";
+
+/** A session's default limit, at most: plenty for builds, browsers and databases, a fortieth of a 24 GiB node's table. */
+const MAX_DEFAULT_OPEN_FILES = 65_536;
+
+/**
+ * OZ0_SESSION_MAX_OPEN_FILES's default: 65,536, or less where the node's table is small, so that `maxSessions`
+ * sessions at their limit leave half of it to everything else.
+ */
+export function defaultMaxOpenFiles(maxSessions: number): number {
+  let fileMax = Infinity;
+  try {
+    fileMax = Number(readFileSync("/proc/sys/fs/file-max", "utf8").trim()) || Infinity;
+  } catch {
+    // not Linux's /proc: the ceiling alone
+  }
+  return Math.max(1024, Math.min(MAX_DEFAULT_OPEN_FILES, Math.floor(fileMax / (2 * maxSessions))));
+}
+
+/** A session as the guard sees it. */
+export interface OpenFilesGuardedSession {
+  readonly id: string;
+  readonly running: boolean;
+  /** How its processes are found; undefined: none yet (not started). */
+  readonly processes?: SessionProcesses | undefined;
+  /** Stops it at once, saying why. */
+  stopForOpenFiles(message: string): void;
+}
+
+export interface SessionOpenFilesGuardOptions {
+  /** The most descriptors a session's processes may hold together. */
+  maxOpenFiles: number;
+  /** Between checks. Default 1000 ms. */
+  intervalMs?: number;
+  sessions: () => Iterable<OpenFilesGuardedSession>;
+  /** Where /proc is read, off the event loop. */
+  readings: GuardReadings;
+  logger: Logger;
+}
+
+/** A session found above its limit, with the descriptors its processes held. */
+export interface OpenFilesOverLimit {
+  readonly sessionId: string;
+  readonly descriptors: number;
+}
+
+export class SessionOpenFilesGuard {
+  readonly #options: SessionOpenFilesGuardOptions;
+  readonly #checks: PeriodicCheck;
+
+  constructor(options: SessionOpenFilesGuardOptions) {
+    this.#options = options;
+    this.#checks = new PeriodicCheck({
+      intervalMs: options.intervalMs,
+      check: () => this.#check(),
+      onError: (error) => options.logger.error({ err: error }, "could not count the sessions' open files"),
+    });
+  }
+
+  /** One check (the timer's); never throws. */
+  check(): Promise<void> {
+    return this.#checks.run();
+  }
+
+  async #check(): Promise<void> {
+    const { running, finders } = runningSessions(this.#options.sessions());
+    if (finders.size === 0) return;
+    const max = this.#options.maxOpenFiles;
+    for (const { sessionId, descriptors } of await this.#options.readings.sessionsOverOpenFiles({
+      sessions: finders,
+      max,
+    })) {
+      const session = running.get(sessionId)!;
+      if (!session.running) continue; // ended while the reading ran
+      this.#options.logger.warn(
+        { sessionId, descriptors, maxOpenFiles: max },
+        "session stopped: it held more open files than a session may",
+      );
+      session.stopForOpenFiles(
+        `the session's processes held ${descriptors} open files (descriptors), above a session's limit of ${max} (OZ0_SESSION_MAX_OPEN_FILES); the session was stopped`,
+      );
+    }
+  }
+
+  close(): void {
+    this.#checks.close();
+  }
+}
+
+/** The sessions whose processes hold more than `max` descriptors now: read from /proc, on the guards' thread. */
+export function sessionsOverOpenFiles(options: {
+  sessions: ReadonlyMap<string, ProcessFinder>;
+  max: number;
+}): OpenFilesOverLimit[] {
+  const over: OpenFilesOverLimit[] = [];
+  for (const [sessionId, processes] of processesOfSessions(options.sessions)) {
+    const slots = processes.reduce((total, entry) => total + entry.descriptorSlots, 0);
+    if (slots <= options.max) continue;
+    const descriptors = processes.reduce((total, { pid }) => total + descriptorsOf(pid), 0);
+    if (descriptors > options.max) over.push({ sessionId, descriptors });
+  }
+  return over;
+}
+
+/** How many descriptors the process holds open; 0 when it is gone or closed to this sandbox. */
+function descriptorsOf(pid: number): number {
+  try {
+    return readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return 0;
+  }
+}
