@@ -12,10 +12,8 @@ function run(task: GuardReadingTask): unknown {
       return sessionsOverMemory(task.input);
     case "sessionsOverOpenFiles":
       return sessionsOverOpenFiles(task.input);
-    case "heldDeletedFiles": {
-      const { budget, ...rest } = task.input;
-      return heldDeletedFiles({ ...rest, budget: { left: budget } });
-    }
+    case "heldDeletedFiles":
+      return heldDeletedFiles(task.input);
   }
 }
 

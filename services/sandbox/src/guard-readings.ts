@@ -7,9 +7,11 @@
 // can make a guard look (its own memfd raises the node's Shmem, its own
 // files bring the disk near its floor): on the event loop every check then
 // stalled every session's stream, the node's heartbeat and every RPC for as
-// long as it took. On the thread a slow reading delays only the guard that
-// asked (a check runs once the one before has ended), and each is bounded
-// (held-deleted-files.ts, MAX_LOOKED_AT_PER_CHECK).
+// long as it took. On the thread a slow reading delays only the guards (one
+// reading at a time: the next checks wait for it), each is bounded where a
+// session decides its size (held-deleted-files.ts, MAX_LOOKED_AT_PER_CHECK;
+// session-open-files-guard.ts lists no further than its limit), and one that
+// has not ended within a minute ends its thread.
 import { Worker } from "node:worker_threads";
 import type { ProcessFinder } from "./process-list.js";
 import type { Usage } from "./session-disk-guard.js";
@@ -43,10 +45,25 @@ const THREAD = new URL(
   import.meta.url,
 );
 
+/**
+ * How long a reading may take before its thread is ended (and started again at the next reading): /proc reads
+ * wait on the locks of the processes read, which a session holds, and a reading that never ends would stop every
+ * guard for good.
+ */
+const READING_DEADLINE_MS = 60_000;
+
+interface PendingReading {
+  readonly worker: Worker;
+  readonly resolve: (result: unknown) => void;
+  readonly reject: (error: Error) => void;
+  readonly deadline: NodeJS.Timeout;
+}
+
 export class GuardReadings {
   #worker: Worker | undefined;
   #nextId = 0;
-  readonly #pending = new Map<number, { resolve: (result: unknown) => void; reject: (error: Error) => void }>();
+  #closed = false;
+  readonly #pending = new Map<number, PendingReading>();
 
   /** The sessions above `maxBytes` now (session-memory-guard.ts, sessionsOverMemory). */
   sessionsOverMemory(
@@ -69,22 +86,40 @@ export class GuardReadings {
     return this.#ask({ kind: "heldDeletedFiles", input }) as Promise<Map<string, Usage>>;
   }
 
-  /** Ends the thread; a reading still running is answered with an error. */
+  /** Ends the thread; a reading still running, and any asked for later, is answered with an error. */
   async close(): Promise<void> {
+    this.#closed = true;
     const worker = this.#worker;
     this.#worker = undefined;
-    if (worker !== undefined) await worker.terminate();
-    this.#failAll(new Error("the guards' reading thread was closed"));
+    if (worker !== undefined) {
+      this.#fail(worker, new Error("the guards' reading thread was closed"));
+      await worker.terminate();
+    }
   }
 
   #ask(task: GuardReadingTask): Promise<unknown> {
+    if (this.#closed) return Promise.reject(new Error("the guards' reading thread was closed"));
     const worker = this.#started();
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
+      const deadline = setTimeout(() => {
+        this.#fail(
+          worker,
+          new Error(`a reading of /proc took longer than ${READING_DEADLINE_MS} ms; its thread was ended`),
+        );
+        if (this.#worker === worker) this.#worker = undefined;
+        void worker.terminate();
+      }, READING_DEADLINE_MS);
+      deadline.unref();
+      this.#pending.set(id, { worker, resolve, reject, deadline });
       // Waited for: the process stays up while a reading runs (the guards' timers do not hold it).
       worker.ref();
-      worker.postMessage({ id, task });
+      try {
+        worker.postMessage({ id, task });
+      } catch (error) {
+        this.#settle(id);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      }
     });
   }
 
@@ -94,29 +129,39 @@ export class GuardReadings {
     const worker = new Worker(THREAD);
     worker.unref();
     worker.on("message", (reply: GuardReadingReply) => {
-      const pending = this.#pending.get(reply.id);
-      this.#pending.delete(reply.id);
-      if (this.#pending.size === 0) worker.unref();
+      const pending = this.#settle(reply.id);
       if (pending === undefined) return;
       if ("error" in reply) pending.reject(new Error(reply.error));
       else pending.resolve(reply.result);
     });
-    // A thread that failed is started again at the next reading.
+    // A thread that failed is started again at the next reading; only its own readings fail with it.
     worker.on("error", (error) => {
       if (this.#worker === worker) this.#worker = undefined;
-      this.#failAll(error);
+      this.#fail(worker, error);
     });
     worker.on("exit", () => {
       if (this.#worker === worker) this.#worker = undefined;
-      this.#failAll(new Error("the guards' reading thread exited"));
+      this.#fail(worker, new Error("the guards' reading thread exited"));
     });
     this.#worker = worker;
     return worker;
   }
 
-  #failAll(error: Error): void {
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const { reject } of pending) reject(error);
+  /** Forgets the reading; its thread no longer holds the process up when none of its readings is left. */
+  #settle(id: number): PendingReading | undefined {
+    const pending = this.#pending.get(id);
+    if (pending === undefined) return undefined;
+    this.#pending.delete(id);
+    clearTimeout(pending.deadline);
+    if (![...this.#pending.values()].some((other) => other.worker === pending.worker)) pending.worker.unref();
+    return pending;
+  }
+
+  #fail(worker: Worker, error: Error): void {
+    for (const [id, pending] of [...this.#pending]) {
+      if (pending.worker !== worker) continue;
+      this.#settle(id);
+      pending.reject(error);
+    }
   }
 }

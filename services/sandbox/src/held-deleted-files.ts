@@ -17,20 +17,22 @@ import type { Usage } from "./session-disk-guard.js";
 
 /**
  * For each session (by key), what the files its processes hold deleted on the filesystem `device` take: allocated
- * bytes and inodes, each file once; looking at no more descriptors and mappings than `budget` has left. Sessions
- * whose processes are gone, or unreadable, hold nothing.
+ * bytes and inodes, each file once; looking at no more than `budget` descriptors and mappings of each session (one
+ * holding a million cannot keep another's out of sight). Sessions whose processes are gone, or unreadable, hold
+ * nothing.
  */
 export function heldDeletedFiles(options: {
   /** st_dev of the guarded filesystem: deleted files elsewhere (a tmpfs, memfd) do not count. */
   device: number;
   sessions: ReadonlyMap<string, ProcessFinder>;
-  budget: LookBudget;
+  budget: number;
 }): Map<string, Usage> {
   const held = new Map<string, Usage>();
-  for (const [key, processes] of fromRandomStart([...processesOfSessions(options.sessions)])) {
+  for (const [key, processes] of processesOfSessions(options.sessions)) {
     const files = new Map<number, number>();
-    for (const { pid } of fromRandomStart(processes)) {
-      for (const { stats } of deletedFilesOf(pid, options.budget))
+    const budget = { left: options.budget };
+    for (const { dir } of fromRandomStart(processes)) {
+      for (const { stats } of deletedFilesOf(dir, budget))
         if (stats.dev === options.device) files.set(stats.ino, stats.blocks);
     }
     let bytes = 0;
@@ -53,15 +55,15 @@ export interface LookBudget {
 }
 
 /**
- * What one check of a guard looks at, at most: a session may hold a million descriptors, and one check must end in
- * time for the next (guard-readings.ts runs it on a thread of its own, so what it costs is only the guard's delay).
+ * What one check of a guard looks at of each session, at most: a session may hold a million descriptors, and a check
+ * must end in time for the next (guard-readings.ts runs it on a thread of its own, so what it costs is the guards'
+ * delay). Each session has a budget of its own: one holding more cannot keep another's files out of sight.
  */
 export const MAX_LOOKED_AT_PER_CHECK = 5_000;
 
 /**
- * The items from a random one on, wrapping round: what comes first spends a budget first, and no session or process
- * may stay past it check after check by its place (one listed first with a million descriptors would otherwise keep
- * every later one out of sight).
+ * The items from a random one on, wrapping round: what comes first spends a budget first, and no process may keep a
+ * file past it check after check by its place.
  */
 export function fromRandomStart<T>(items: readonly T[]): T[] {
   const first = Math.floor(Math.random() * items.length);
@@ -74,7 +76,7 @@ export function fromRandomStart<T>(items: readonly T[]): T[] {
  * none is looked at once it is spent; the descriptors are then taken from a random one on (wrapping round), so a
  * process cannot keep a file past the budget at the same place check after check.
  */
-export function* deletedFilesOf(pid: number, budget?: LookBudget): Generator<HeldFile> {
+export function* deletedFilesOf(dir: string, budget?: LookBudget): Generator<HeldFile> {
   const deleted = (file: string): Stats | undefined => {
     try {
       // stat follows the magic link to the file itself, named or not.
@@ -84,24 +86,24 @@ export function* deletedFilesOf(pid: number, budget?: LookBudget): Generator<Hel
       return undefined; // closed meanwhile, or not this sandbox's to read
     }
   };
-  const fds = entriesOf(`/proc/${pid}/fd`);
+  const fds = entriesOf(`${dir}/fd`);
   const first = budget === undefined ? 0 : Math.floor(Math.random() * fds.length);
   for (let i = 0; i < fds.length; i++) {
     if (budget !== undefined && budget.left-- <= 0) return;
-    const link = `/proc/${pid}/fd/${fds[(first + i) % fds.length]}`;
+    const link = `${dir}/fd/${fds[(first + i) % fds.length]}`;
     const stats = deleted(link);
     if (stats !== undefined) yield { stats, link };
   }
   let maps: string;
   try {
-    maps = readFileSync(`/proc/${pid}/maps`, "utf8");
+    maps = readFileSync(`${dir}/maps`, "utf8");
   } catch {
     return;
   }
   // "start-end perms offset dev inode path (deleted)": map_files names a mapping by its range, without the 0x.
   for (const match of maps.matchAll(/^([0-9a-f]+-[0-9a-f]+) \S+ \S+ \S+ [1-9]\d* .* \(deleted\)$/gm)) {
     if (budget !== undefined && budget.left-- <= 0) return;
-    const link = `/proc/${pid}/map_files/${match[1]}`;
+    const link = `${dir}/map_files/${match[1]}`;
     const stats = deleted(link);
     if (stats !== undefined) yield { stats, link };
   }

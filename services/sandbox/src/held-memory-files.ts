@@ -27,11 +27,11 @@ export function isMemoryFilesystem(type: number): boolean {
  * The memory-backed files with no name the processes hold: allocated bytes by `<st_dev>:<st_ino>`, each file once;
  * looking at no more descriptors and mappings than `budget` has left.
  */
-export function heldMemoryFiles(pids: Iterable<number>, budget: LookBudget): Map<string, number> {
+export function heldMemoryFiles(dirs: Iterable<string>, budget: LookBudget): Map<string, number> {
   const files = new Map<string, number>();
   const memoryDevices = new Map<number, boolean>();
-  for (const pid of pids)
-    for (const { stats, link } of deletedFilesOf(pid, budget)) {
+  for (const dir of dirs)
+    for (const { stats, link } of deletedFilesOf(dir, budget)) {
       const key = `${stats.dev}:${stats.ino}`;
       if (files.has(key)) continue;
       let memory = memoryDevices.get(stats.dev);
@@ -53,16 +53,16 @@ export function heldMemoryFiles(pids: Iterable<number>, budget: LookBudget): Map
  * `files` (by `<st_dev>:<st_ino>`), in bytes: what the guard takes off before it adds those files whole. 0 when it
  * is gone or closed.
  */
-export function mappedFromFiles(pid: number, files: ReadonlyMap<string, number>): number {
+export function mappedFromFiles(dir: string, files: ReadonlyMap<string, number>): number {
   let smaps: string;
   try {
     // maps first (a tenth of smaps' cost): most processes map none of the files.
-    const maps = readFileSync(`/proc/${pid}/maps`, "utf8");
+    const maps = readFileSync(`${dir}/maps`, "utf8");
     const mapsOne = [...maps.matchAll(/^\S+ \S+ \S+ ([0-9a-f]+):([0-9a-f]+) (\d+)/gm)].some(([, major, minor, inode]) =>
       files.has(fileKey(major!, minor!, inode!)),
     );
     if (!mapsOne) return 0;
-    smaps = readFileSync(`/proc/${pid}/smaps`, "utf8");
+    smaps = readFileSync(`${dir}/smaps`, "utf8");
   } catch {
     return 0;
   }

@@ -39,6 +39,7 @@ import { chooseSyscallFilter } from "./syscall-filter.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
+  ownOpenFilesLimit,
   ownProcessLimit,
   runsAsInitialRoot,
   type ProcessLimitChoice,
@@ -134,8 +135,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The start-up line's `sessionProcesses`: the limit, or "unlimited" with the reason; and `sessionMemory`, the most a
   // session's processes may take, in bytes (session-memory-guard.ts).
   const maxMemory = config.maxSessionMemoryBytes ?? 0;
-  // `sessionOpenFiles`: the most descriptors a session's processes may hold (session-open-files-guard.ts).
+  // `sessionOpenFiles`: the most descriptors a session's processes may hold (session-open-files-guard.ts), and each of
+  // them, where the process limit's prlimit runs and the sandbox's own limit is higher.
   const maxOpenFiles = config.maxSessionOpenFiles ?? defaultMaxOpenFiles(maxSessions);
+  if (processes.limit !== undefined && maxOpenFiles > 0 && maxOpenFiles < ownOpenFilesLimit())
+    processes.limit.maxOpenFiles = maxOpenFiles;
   const processFields = {
     ...(processes.limit !== undefined
       ? {

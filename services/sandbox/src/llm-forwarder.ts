@@ -20,12 +20,13 @@
 // `/run/oz0/<i>`) when taken over; only the overall cap and the idle
 // timeout apply to them.
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { chmod, lchown, open, type FileHandle } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import type { Logger } from "@oz0/serving";
 import { invalidField } from "./sandbox-errors.js";
+import { ownOpenFilesLimit } from "./session-process-limit.js";
 import type { SessionUser } from "./session-user-processes.js";
 
 /** Inside the sandbox, forwarder ports count up from here (the namespace is empty, so any port is free). */
@@ -131,21 +132,8 @@ export const DEFAULT_FORWARD_IDLE_TIMEOUT_MS = 10 * 60_000;
  * limit, so forwarded connections (two descriptors each) take at most half
  * of the descriptors and the other half stays for the sandbox's own work.
  */
-export function defaultTotalForwards(descriptorLimit = openFilesLimit()): number {
+export function defaultTotalForwards(descriptorLimit = ownOpenFilesLimit()): number {
   return Math.max(1, Math.floor(descriptorLimit / 4));
-}
-
-/** The soft RLIMIT_NOFILE (Node raises it to the hard limit at start); 1024, the usual default, when unreadable. */
-function openFilesLimit(): number {
-  try {
-    const line = readFileSync("/proc/self/limits", "utf8")
-      .split("\n")
-      .find((l) => l.startsWith("Max open files"));
-    const soft = Number(line?.split(/\s{2,}/)[1]);
-    return Number.isSafeInteger(soft) && soft > 0 ? soft : 1024;
-  } catch {
-    return 1024;
-  }
 }
 
 /** A group's refusals are logged at most this often, with how many came since: a harness retrying in a loop must not flood the log. */

@@ -5,6 +5,11 @@ import { readdirSync, readFileSync } from "node:fs";
 
 export interface ListedProcess {
   readonly pid: number;
+  /**
+   * Where /proc shows it: /proc/<pid>, or, when its first thread has exited and others run on (a zombie leader, whose
+   * own entries show no memory and no descriptors), /proc/<pid>/task/<tid> of one that runs.
+   */
+  readonly dir: string;
   /** Real uid. */
   readonly uid: number;
   /** The parent's pid, as this sandbox's PID namespace numbers it (0 for a namespace's init seen from inside). */
@@ -48,17 +53,47 @@ export function listProcesses(): ListedProcess[] {
     } catch {
       continue; // gone meanwhile
     }
-    if (/^State:\s+[ZX]/m.test(status)) continue;
+    let dir = `/proc/${name}`;
+    let counters = status;
+    if (/^State:\s+[ZX]/m.test(status)) {
+      // A leader that called exit(2) alone is a zombie while its other threads run on, with their memory and
+      // descriptors: read from one of them (skipped, it hid all of that, and under bubblewrap every process below it).
+      const live = Number(/^Threads:\s+(\d+)/m.exec(status)?.[1] ?? 0) > 1 ? liveThread(name) : undefined;
+      if (live === undefined) continue;
+      ({ dir, status: counters } = live);
+    }
     listed.push({
       pid: Number(name),
+      dir,
       uid: Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       parent: Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       pidNamespaceDepth: /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1,
-      residentBytes: residentBytes(status),
-      descriptorSlots: Number(/^FDSize:\s+(\d+)/m.exec(status)?.[1] ?? 0),
+      residentBytes: residentBytes(counters),
+      descriptorSlots: Number(/^FDSize:\s+(\d+)/m.exec(counters)?.[1] ?? 0),
     });
   }
   return listed;
+}
+
+/** A thread of the process that has not exited: its /proc directory and status. */
+function liveThread(pid: string): { dir: string; status: string } | undefined {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return undefined;
+  }
+  for (const tid of tids) {
+    if (tid === pid) continue;
+    const dir = `/proc/${pid}/task/${tid}`;
+    try {
+      const status = readFileSync(`${dir}/status`, "utf8");
+      if (!/^State:\s+[ZX]/m.test(status)) return { dir, status };
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return undefined;
 }
 
 /** How many PID namespaces deep this sandbox runs. */

@@ -149,8 +149,8 @@ export class SessionMemoryGuard {
 
 /**
  * The sessions above `maxBytes` now, with what each took: read from /proc, on the guard's thread (guard-readings.ts).
- * Sessions are taken from a random one on, and each one's processes too: the files of memory with no name are looked
- * for within one budget a check.
+ * The files of memory with no name are looked for within a budget of each session, its processes taken from a random
+ * one on.
  */
 export function sessionsOverMemory(options: {
   sessions: ReadonlyMap<string, ProcessFinder>;
@@ -165,13 +165,12 @@ export function sessionsOverMemory(options: {
   const uids = new Set([...options.sessions.values()].flatMap((owner) => ("uid" in owner ? [owner.uid] : [])));
   const inTmpfsByUid = uids.size > 0 ? ownedFiles(options.sharedTmpfs, uids) : new Map<number, Map<string, number>>();
   const detachedByUid = uids.size > 0 ? detachedSegments(uids) : new Map<number, Map<number, number>>();
-  const budget = { left: MAX_LOOKED_AT_PER_CHECK };
   // What the node's tmpfs files, memfds and shared mappings take together: no session holds more of them.
   const nodeShmem = meminfoBytes("Shmem");
   const over: MemoryOverLimit[] = [];
-  for (const [sessionId, owner] of fromRandomStart([...options.sessions])) {
+  for (const [sessionId, owner] of options.sessions) {
     const listed = processes.get(sessionId) ?? [];
-    const pids = fromRandomStart(listed.map((entry) => entry.pid));
+    const dirs = fromRandomStart(listed.map((entry) => entry.dir));
     const uid = "uid" in owner ? owner.uid : undefined;
     const inTmpfsFiles = (uid !== undefined && inTmpfsByUid.get(uid)) || new Map<string, number>();
     const detached = (uid !== undefined && detachedByUid.get(uid)) || new Map<number, number>();
@@ -184,7 +183,7 @@ export function sessionsOverMemory(options: {
     // shared memory could take the session above its limit.
     let held = new Map<string, number>();
     if (resident + nodeShmem > maxBytes) {
-      held = heldMemoryFiles(pids, budget);
+      held = heldMemoryFiles(dirs, { left: MAX_LOOKED_AT_PER_CHECK });
       outside.held = sum(held.values());
       outside.heldFiles = held.size;
       // A segment attached since /proc/sysvipc/shm was read is in `held` (its inode number is its id): once.
@@ -195,8 +194,8 @@ export function sessionsOverMemory(options: {
     if (resident <= maxBytes) continue;
     // Its files of memory count whole, once: what its processes map of them comes off their proportional figure.
     const files = new Map([...inTmpfsFiles, ...held]);
-    const taken = pids.reduce(
-      (total, pid) => total + processMemory(pid, "proportional") - (files.size > 0 ? mappedFromFiles(pid, files) : 0),
+    const taken = dirs.reduce(
+      (total, dir) => total + processMemory(dir, "proportional") - (files.size > 0 ? mappedFromFiles(dir, files) : 0),
       outside.inTmpfs + outside.detached + outside.held,
     );
     if (taken > maxBytes) over.push({ sessionId, bytes: taken, outside });
@@ -206,20 +205,26 @@ export function sessionsOverMemory(options: {
 
 /**
  * What the process takes that the node cannot reclaim without ending it, in bytes: its anonymous and shared
- * (shmem) memory and what of it is swapped out, `resident` in full (/proc/<pid>/status, {@link residentBytes}),
- * `proportional` as its share of each page it shares with other processes (/proc/<pid>/smaps_rollup; where the
- * kernel gives no Pss_Anon, older ones, as `resident`). 0 when it is gone or not this sandbox's to read.
+ * (shmem) memory and what of it is swapped out, `resident` in full (`<dir>/status`, {@link residentBytes}),
+ * `proportional` as its share of each page it shares with other processes (`<dir>/smaps_rollup`; as `resident` where
+ * the kernel gives no Pss_Anon, older ones, or where the rollup is closed to this sandbox: a process that made itself
+ * undumpable, to a sandbox that is not root). `dir` is the process's /proc directory (ListedProcess.dir). 0 when it
+ * is gone.
  */
-export function processMemory(pid: number, how: "resident" | "proportional"): number {
-  try {
-    if (how === "proportional") {
-      const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
+export function processMemory(dir: string, how: "resident" | "proportional"): number {
+  if (how === "proportional") {
+    try {
+      const rollup = readFileSync(`${dir}/smaps_rollup`, "utf8");
       if (/^Pss_Anon:/m.test(rollup))
         return kibibytes(rollup, "Pss_Anon") + kibibytes(rollup, "Pss_Shmem") + kibibytes(rollup, "SwapPss");
+    } catch {
+      // closed to this sandbox, or gone: the status's figure, never less
     }
-    return residentBytes(readFileSync(`/proc/${pid}/status`, "utf8"));
+  }
+  try {
+    return residentBytes(readFileSync(`${dir}/status`, "utf8"));
   } catch {
-    return 0; // gone meanwhile, or closed to this sandbox
+    return 0; // gone meanwhile
   }
 }
 

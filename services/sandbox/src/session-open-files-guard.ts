@@ -16,14 +16,20 @@
 // Counting is cheap first: a process's status gives the slots of its
 // descriptor table (FDSize), which are never fewer than its descriptors;
 // only a session whose slots add up to more than its limit has its
-// processes' descriptors listed (/proc/<pid>/fd, which the sandbox may read
-// in every mode). A descriptor is counted whether or not another shares its
-// open file (dup): the limit is on descriptors, which bound open files.
+// processes' descriptors listed (/proc/<pid>/fd; a process closed to the
+// sandbox counts its slots). A descriptor is counted whether or not another
+// shares its open file (dup).
 import { readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "@oz0/serving";
 import type { GuardReadings } from "./guard-readings.js";
 import { PeriodicCheck } from "./periodic-check.js";
-import { processesOfSessions, runningSessions, type ProcessFinder, type SessionProcesses } from "./process-list.js";
+import {
+  processesOfSessions,
+  runningSessions,
+  type ListedProcess,
+  type ProcessFinder,
+  type SessionProcesses,
+} from "./process-list.js";
 
 /** A session's default limit, at most: plenty for builds, browsers and databases, a fortieth of a 24 GiB node's table. */
 const MAX_DEFAULT_OPEN_FILES = 65_536;
@@ -101,9 +107,13 @@ export class SessionOpenFilesGuard {
         { sessionId, descriptors, maxOpenFiles: max },
         "session stopped: it held more open files than a session may",
       );
-      session.stopForOpenFiles(
-        `the session's processes held ${descriptors} open files (descriptors), above a session's limit of ${max} (OZ0_SESSION_MAX_OPEN_FILES); the session was stopped`,
-      );
+      try {
+        session.stopForOpenFiles(
+          `the session's processes held ${descriptors} open files (descriptors), above a session's limit of ${max} (OZ0_SESSION_MAX_OPEN_FILES); the session was stopped`,
+        );
+      } catch (error) {
+        this.#options.logger.error({ err: error, sessionId }, "could not stop a session over its open files");
+      }
     }
   }
 
@@ -121,17 +131,25 @@ export function sessionsOverOpenFiles(options: {
   for (const [sessionId, processes] of processesOfSessions(options.sessions)) {
     const slots = processes.reduce((total, entry) => total + entry.descriptorSlots, 0);
     if (slots <= options.max) continue;
-    const descriptors = processes.reduce((total, { pid }) => total + descriptorsOf(pid), 0);
+    // Listed until past the limit: no further than the limit and one process's descriptors, however many it holds.
+    let descriptors = 0;
+    for (const process of processes) {
+      descriptors += descriptorsOf(process);
+      if (descriptors > options.max) break;
+    }
     if (descriptors > options.max) over.push({ sessionId, descriptors });
   }
   return over;
 }
 
-/** How many descriptors the process holds open; 0 when it is gone or closed to this sandbox. */
-function descriptorsOf(pid: number): number {
+/**
+ * How many descriptors the process holds open; its table's slots when its descriptors cannot be listed (a process
+ * that made itself undumpable is closed to a sandbox that is not root): never fewer than it holds.
+ */
+function descriptorsOf(process: ListedProcess): number {
   try {
-    return readdirSync(`/proc/${pid}/fd`).length;
+    return readdirSync(`${process.dir}/fd`).length;
   } catch {
-    return 0;
+    return process.descriptorSlots;
   }
 }

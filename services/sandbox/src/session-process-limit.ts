@@ -37,6 +37,27 @@ export interface SessionProcessLimit {
   /** Processes and threads of the session at once. */
   max: number;
   prlimitPath: string;
+  /**
+   * The most descriptors each of its processes may hold (RLIMIT_NOFILE, soft and hard): the session's open files
+   * limit (session-open-files-guard.ts) where that is below the sandbox's own, which sessions would otherwise
+   * inherit (a million in most containers). No one process of a session may then hold more than the whole session
+   * may, nor grow a descriptor table of a million slots (8 MiB of the kernel's memory, which no guard sees) with one
+   * dup2.
+   */
+  maxOpenFiles?: number | undefined;
+}
+
+/** This process's soft RLIMIT_NOFILE (Node raises it to the hard limit at start); 1024, the usual default, when unreadable. */
+export function ownOpenFilesLimit(): number {
+  try {
+    const line = readFileSync("/proc/self/limits", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
+    const soft = Number(line?.split(/\s{2,}/)[1]);
+    return Number.isSafeInteger(soft) && soft > 0 ? soft : 1024;
+  } catch {
+    return 1024;
+  }
 }
 
 export type ProcessLimitChoice =
@@ -145,10 +166,15 @@ export function chooseSessionProcessLimit(options: {
   };
 }
 
+/** prlimit's arguments for the limits, each soft and hard. */
+function limitArgs(limit: SessionProcessLimit): string[] {
+  return [`--nproc=${limit.max}`, ...(limit.maxOpenFiles !== undefined ? [`--nofile=${limit.maxOpenFiles}`] : [])];
+}
+
 /** `command` run under the limit: prlimit sets it (soft and hard) and execs the command in its place. */
 export function withProcessLimit(limit: SessionProcessLimit | undefined, command: readonly string[]): string[] {
   if (limit === undefined) return [...command];
-  return [limit.prlimitPath, `--nproc=${limit.max}`, "--", ...command];
+  return [limit.prlimitPath, ...limitArgs(limit), "--", ...command];
 }
 
 /**
@@ -159,12 +185,15 @@ export function withProcessLimit(limit: SessionProcessLimit | undefined, command
  */
 export function withProcessLimitAndInit(limit: SessionProcessLimit | undefined, command: readonly string[]): string[] {
   if (limit === undefined) return [...command];
+  // The init holds no descriptors a session could use; the command's limits are all of them.
   return [
     "/bin/sh",
     "-c",
-    '"$0" --pid 1 --nproc="$1" && n="$1" && shift && exec "$0" --nproc="$n" -- "$@"',
+    '"$0" --pid 1 --nproc="$1" && shift && exec "$0" "$@"',
     limit.prlimitPath,
     String(limit.max),
+    ...limitArgs(limit),
+    "--",
     ...command,
   ];
 }

@@ -622,10 +622,10 @@ export class SessionRegistry {
     this.#diskGuard.close();
     this.#memoryGuard?.close();
     this.#openFilesGuard?.close();
-    await this.#guardReadings.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
     await Promise.all(running.map((session) => session.finished));
+    await this.#guardReadings.close();
     await this.#spawner?.close();
     await this.#listeners?.close();
     for (const timer of this.#retention.values()) clearTimeout(timer);

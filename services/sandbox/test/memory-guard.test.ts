@@ -139,10 +139,10 @@ void it("reads what a process takes: the anonymous memory it wrote, resident and
         child.once("exit", (code) => reject(new Error(`python exited ${code}`)));
       });
     for (const how of ["resident", "proportional"] as const) {
-      const taken = processMemory(hog.pid!, how) - processMemory(idle.pid!, how);
+      const taken = processMemory(`/proc/${hog.pid!}`, how) - processMemory(`/proc/${idle.pid!}`, how);
       assert.ok(taken >= 60 * MIB && taken < 80 * MIB, `${how}: ${taken} bytes more than an idle python`);
     }
-    assert.equal(processMemory(2 ** 22 + 1, "resident"), 0, "a process that does not exist takes nothing");
+    assert.equal(processMemory(`/proc/${2 ** 22 + 1}`, "resident"), 0, "a process that does not exist takes nothing");
   } finally {
     idle.kill("SIGKILL");
     hog.kill("SIGKILL");

@@ -9,10 +9,13 @@ import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from
 // The user mode needs root; elsewhere the sessions run as the sandbox's user in both others.
 const MODES = process.getuid?.() === 0 ? (["bwrap", "user", "none"] as const) : (["bwrap", "none"] as const);
 
+const STOPPED =
+  /^the session's processes held (\d+) open files \(descriptors\), above a session's limit of 2000 \(OZ0_SESSION_MAX_OPEN_FILES\); the session was stopped$/;
+
 for (const isolation of MODES)
-  // Bounded: without the guard the holder keeps its 3,000 files and waits for ever.
+  // Bounded: without the guard the holders keep their 3,000 files and wait for ever.
   void it(
-    `stops the session holding too many open files (${isolation}), and the others run on`,
+    `stops the session whose processes hold too many open files (${isolation}), and the others run on`,
     { timeout: 60_000 },
     async () => {
       const t = await startTestSandbox({ isolation, maxSessionOpenFiles: 2000, openFilesCheckMs: 50 });
@@ -24,20 +27,56 @@ for (const isolation of MODES)
         // Below the limit, held across some twenty checks: it runs to its end.
         const within = await runToEnd(t.client, scenarioStart({ mode: "descriptors", count: 1000, holdMs: 1000 }));
         assert.equal(within.exited().status, SessionStatus.COMPLETED, within.exited().errorMessage);
-        const holder = await runToEnd(t.client, scenarioStart({ mode: "descriptors", count: 3000 }));
+        // Two processes, each below the limit, above it together.
+        const holder = await runToEnd(t.client, scenarioStart({ mode: "descriptors", count: 1500, child: 1500 }));
+        assert.ok(holder.texts().includes("opened 1500"), "the harness opened its 1,500");
         const exited = holder.exited();
         assert.equal(exited.status, SessionStatus.FAILED);
         assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
-        const held = Number(
-          /^the session's processes held (\d+) open files \(descriptors\), above a session's limit of 2000 \(OZ0_SESSION_MAX_OPEN_FILES\); the session was stopped$/.exec(
-            exited.errorMessage,
-          )?.[1],
-        );
-        assert.ok(held > 2000 && held < 3100, `${exited.errorMessage}: the 3,000 it opened and its own few`);
+        const held = Number(STOPPED.exec(exited.errorMessage)?.[1]);
+        assert.ok(held > 2000 && held < 3100, `${exited.errorMessage}: the 3,000 they opened and their own few`);
         // The idle session held few: it still runs, and ends as asked.
         idle.send({ message: { case: "cancel", value: {} } });
         await idle.finished;
         assert.equal(idle.exited().status, SessionStatus.CANCELLED, idle.exited().errorMessage);
+      } finally {
+        await t.close();
+      }
+    },
+  );
+
+// Where sessions run under the process limit's prlimit (bubblewrap, the `user` mode): each process's own descriptor
+// limit is the session's, not the sandbox's (a million in most containers).
+for (const isolation of MODES.filter((mode) => mode !== "none"))
+  void it(`gives no process of a session more descriptors than the session may hold (${isolation})`, async () => {
+    const t = await startTestSandbox({ isolation, maxSessionOpenFiles: 2000, openFilesCheckMs: 50 });
+    try {
+      const greedy = await runToEnd(t.client, scenarioStart({ mode: "descriptors", count: 3000, holdMs: 100 }));
+      assert.equal(greedy.exited().status, SessionStatus.COMPLETED, greedy.exited().errorMessage);
+      const opened = Number(/^opened (\d+)$/.exec(greedy.texts().find((text) => text.startsWith("opened")) ?? "")?.[1]);
+      assert.ok(opened > 1900 && opened < 2000, `refused past its limit of 2,000 (with its own few): opened ${opened}`);
+    } finally {
+      await t.close();
+    }
+  });
+
+// A process whose first thread exited alone is a zombie leader: its own /proc entries show no descriptors, its other
+// threads' do. Skipped, it hid them all (and under bubblewrap every process below it).
+for (const isolation of MODES)
+  // Bounded: without the count of a zombie leader's live threads the holders keep their files and wait for ever.
+  void it(
+    `counts the files a process holds after its first thread exited (${isolation})`,
+    { timeout: 60_000 },
+    async () => {
+      const t = await startTestSandbox({ isolation, maxSessionOpenFiles: 2000, openFilesCheckMs: 50 });
+      try {
+        const holder = await runToEnd(
+          t.client,
+          scenarioStart({ mode: "descriptors", count: 1500, child: 1500, leaderExits: true }),
+        );
+        assert.ok(holder.texts().includes("opened 1500"), "the harness opened its 1,500");
+        const exited = holder.exited();
+        assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
       } finally {
         await t.close();
       }
