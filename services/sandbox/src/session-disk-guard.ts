@@ -95,7 +95,8 @@ export class SessionDiskGuard {
   readonly #timer: NodeJS.Timeout | undefined;
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
-  #checking = false;
+  /** The check under way, if any. */
+  #checking: Promise<void> | undefined;
   #closed = false;
   /**
    * What statfs said last, or what the limit leaves when that is less (`underLimit`); undefined before, and after a
@@ -150,15 +151,25 @@ export class SessionDiskGuard {
   /** Why no session may start now; undefined when there is room (or no guard). */
   async refusal(): Promise<string | undefined> {
     await this.#first;
+    if (this.#shortfall(1) === undefined) return undefined;
+    // The last measure may predate a session that ended since and gave its room back: measured again, after any check
+    // under way (begun, maybe, before that), so a start is refused on the disk as it is.
+    await this.#checking;
+    await this.check();
     const shortfall = this.#shortfall(1);
     if (shortfall === undefined) return undefined;
     return `${shortfall}: no session starts until there is room; start it on another node, or free the disk of ${this.#options.root}`;
   }
 
   /** One check (the timer's). Never throws: a filesystem it cannot read is logged, and refuses nothing. */
-  async check(): Promise<void> {
-    if (this.#checking || this.#off) return;
-    this.#checking = true;
+  check(): Promise<void> {
+    if (this.#off) return Promise.resolve();
+    // A check asked for while one runs is that one.
+    this.#checking ??= this.#checkOnce().finally(() => (this.#checking = undefined));
+    return this.#checking;
+  }
+
+  async #checkOnce(): Promise<void> {
     try {
       await this.#check();
     } catch (error) {
@@ -169,8 +180,6 @@ export class SessionDiskGuard {
         { err: error, root: this.#options.root },
         "cannot read the free space of the sessions' disk",
       );
-    } finally {
-      this.#checking = false;
     }
   }
 
