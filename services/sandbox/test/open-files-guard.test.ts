@@ -52,7 +52,11 @@ for (const isolation of MODES.filter((mode) => mode !== "none"))
     const t = await startTestSandbox({ isolation, maxSessionOpenFiles: 2000, openFilesCheckMs: 50 });
     try {
       const greedy = await runToEnd(t.client, scenarioStart({ mode: "descriptors", count: 3000, holdMs: 100 }));
-      assert.equal(greedy.exited().status, SessionStatus.COMPLETED, greedy.exited().errorMessage);
+      // At its limit the process and the session's few other descriptors are above the session's: the guard may
+      // stop it before it completes.
+      const exited = greedy.exited();
+      if (exited.status !== SessionStatus.COMPLETED)
+        assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
       const opened = Number(/^opened (\d+)$/.exec(greedy.texts().find((text) => text.startsWith("opened")) ?? "")?.[1]);
       assert.ok(opened > 1900 && opened < 2000, `refused past its limit of 2,000 (with its own few): opened ${opened}`);
     } finally {
