@@ -1,13 +1,15 @@
-// A guard's checks (session-memory-guard.ts, session-open-files-guard.ts):
-// every interval, one at a time, never throwing. A check reads on the guards'
-// thread (guard-readings.ts) and may take longer than the interval: the next
-// waits for it rather than piling up behind it.
+// A guard's checks (session-memory-guard.ts, session-open-files-guard.ts,
+// session-disk-guard.ts): every interval, one at a time, never throwing. A
+// check may take longer than the interval (it reads on the guards' thread,
+// guard-readings.ts, or runs du): the timer's next turn, or anyone asking
+// meanwhile, shares the one under way rather than piling up behind it.
 
 export class PeriodicCheck {
   readonly #check: () => Promise<void>;
   readonly #onError: (error: unknown) => void;
   readonly #timer: NodeJS.Timeout;
-  #checking = false;
+  /** The check under way, if any. */
+  #running: Promise<void> | undefined;
   #closed = false;
 
   constructor(options: {
@@ -23,16 +25,23 @@ export class PeriodicCheck {
     this.#timer.unref();
   }
 
-  /** One check now, unless one is running. */
-  async run(): Promise<void> {
-    if (this.#checking) return;
-    this.#checking = true;
+  /** A check now, or the one under way. */
+  run(): Promise<void> {
+    this.#running ??= this.#once().finally(() => (this.#running = undefined));
+    return this.#running;
+  }
+
+  /** A check begun after this call: the one under way (begun, maybe, before what the caller waits to see) first. */
+  async fresh(): Promise<void> {
+    await this.#running;
+    await this.run();
+  }
+
+  async #once(): Promise<void> {
     try {
       await this.#check();
     } catch (error) {
       if (!this.#closed) this.#onError(error);
-    } finally {
-      this.#checking = false;
     }
   }
 

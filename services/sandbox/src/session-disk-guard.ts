@@ -35,7 +35,8 @@ import { stat, statfs } from "node:fs/promises";
 import type { Logger } from "@oz0/serving";
 import type { GuardReadings } from "./guard-readings.js";
 import { MAX_LOOKED_AT_PER_CHECK } from "./held-deleted-files.js";
-import { finderNow, type ProcessFinder, type SessionProcesses } from "./process-list.js";
+import { PeriodicCheck } from "./periodic-check.js";
+import { runningSessions, type SessionProcesses } from "./process-list.js";
 
 /** Default of OZ0_SANDBOX_MIN_FREE_BYTES: 1 GiB, or a twentieth of the filesystem when that is less. */
 export const DEFAULT_MIN_FREE_BYTES = 1024 * 1024 * 1024;
@@ -92,12 +93,10 @@ export interface SessionDiskGuardOptions {
 
 export class SessionDiskGuard {
   readonly #options: SessionDiskGuardOptions;
-  readonly #timer: NodeJS.Timeout | undefined;
+  /** Its checks; none when it is off. */
+  readonly #checks: PeriodicCheck | undefined;
   /** The check made at construction: a start waits for it, so a node started on a full disk refuses its first session. */
   readonly #first: Promise<void>;
-  /** The check under way, if any. */
-  #checking: Promise<void> | undefined;
-  #closed = false;
   /**
    * What statfs said last, or what the limit leaves when that is less (`underLimit`); undefined before, and after a
    * statfs that failed (no refusal on a guess).
@@ -120,10 +119,16 @@ export class SessionDiskGuard {
       bytes: options.minFreeBytes ?? DEFAULT_MIN_FREE_BYTES,
       files: options.minFreeFiles ?? DEFAULT_MIN_FREE_FILES,
     };
+    if (!this.#off)
+      this.#checks = new PeriodicCheck({
+        intervalMs: options.intervalMs,
+        check: () => this.#check(),
+        onError: (error) => {
+          this.#free = undefined;
+          options.logger.warn({ err: error, root: options.root }, "cannot read the free space of the sessions' disk");
+        },
+      });
     this.#first = this.check();
-    if (this.#off) return;
-    this.#timer = setInterval(() => void this.check(), options.intervalMs ?? 1000);
-    this.#timer.unref();
   }
 
   get #off(): boolean {
@@ -154,33 +159,15 @@ export class SessionDiskGuard {
     if (this.#shortfall(1) === undefined) return undefined;
     // The last measure may predate a session that ended since and gave its room back: measured again, after any check
     // under way (begun, maybe, before that), so a start is refused on the disk as it is.
-    await this.#checking;
-    await this.check();
+    await this.#checks?.fresh();
     const shortfall = this.#shortfall(1);
     if (shortfall === undefined) return undefined;
     return `${shortfall}: no session starts until there is room; start it on another node, or free the disk of ${this.#options.root}`;
   }
 
-  /** One check (the timer's). Never throws: a filesystem it cannot read is logged, and refuses nothing. */
+  /** One check (the timer's), or the one under way. Never throws: a filesystem it cannot read is logged, and refuses nothing. */
   check(): Promise<void> {
-    if (this.#off) return Promise.resolve();
-    // A check asked for while one runs is that one.
-    this.#checking ??= this.#checkOnce().finally(() => (this.#checking = undefined));
-    return this.#checking;
-  }
-
-  async #checkOnce(): Promise<void> {
-    try {
-      await this.#check();
-    } catch (error) {
-      // Closed meanwhile: the sandbox is stopping, and the guards' reading thread with it.
-      if (this.#closed) return;
-      this.#free = undefined;
-      this.#options.logger.warn(
-        { err: error, root: this.#options.root },
-        "cannot read the free space of the sessions' disk",
-      );
-    }
+    return this.#checks?.run() ?? Promise.resolve();
   }
 
   async #check(): Promise<void> {
@@ -211,12 +198,9 @@ export class SessionDiskGuard {
     }
     // Within twice a floor: what each session holds, against its baseline.
     const running = [...this.#options.sessions()].filter((session) => session.running);
-    const owners = new Map<string, ProcessFinder>();
-    for (const session of running)
-      if (session.processes !== undefined) owners.set(session.id, finderNow(session.processes));
     const held = await this.#options.readings.heldDeletedFiles({
       device: (await stat(this.#options.root)).dev,
-      sessions: owners,
+      sessions: runningSessions(running).finders,
       budget: MAX_LOOKED_AT_PER_CHECK,
     });
     const growth = new Map<
@@ -306,8 +290,7 @@ export class SessionDiskGuard {
   }
 
   close(): void {
-    this.#closed = true;
-    clearInterval(this.#timer);
+    this.#checks?.close();
   }
 }
 
