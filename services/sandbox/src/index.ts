@@ -36,6 +36,7 @@ import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
 import { chooseSyscallFilter } from "./syscall-filter.js";
+import { chooseListenPorts } from "./session-listen-ports.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
@@ -49,6 +50,7 @@ export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConf
 export type {
   HeartbeatSidecarConfig,
   IsolationSetting,
+  ListenPortsSetting,
   SandboxConfig,
   SessionUidRange,
   SyscallFilterSetting,
@@ -157,6 +159,8 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     bubblewrap,
   });
   const filterFields = filter.fields;
+  // The `user` mode's sessions share the node's network: they listen only on ports the kernel picks, where it can say so.
+  const listenPorts = chooseListenPorts({ setting: config.listenPorts ?? "auto", mode: isolation.mode });
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
       ? detectLandlock()
@@ -196,6 +200,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         containment: contained.name,
         ...processFields,
         ...filterFields,
+        ...listenPorts.fields,
         uids: range,
         reason: isolation.reason,
       },
@@ -227,6 +232,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     logger.warn(
       { ...filterFields },
       "sessions run without the seccomp filter: they can make user namespaces of their own and reach the kernel's keyrings, eBPF, userfaultfd and io_uring (see the sandbox README's System calls)",
+    );
+  if (listenPorts.fields?.sessionListenPorts === "any")
+    logger.warn(
+      { ...listenPorts.fields },
+      "sessions share the node's network and may listen on any port: one listening on a service's port while that service is down (a restart) gets its callers' credentials; give them bubblewrap, or Landlock's network rules (Linux 6.7+; see the sandbox README's The user mode)",
     );
   for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
     logger.warn({ uids: range }, warning);
@@ -281,6 +291,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             setprivPath: isolation.sessionUsers.setprivPath as string,
             users,
             syscallFilter: filter.user,
+            listenPortRule: listenPorts.rule,
           }
         : {
             mode: "none",

@@ -23,20 +23,29 @@ import { spawnSync } from "node:child_process";
 import { commandIsExecutable, LINUX_SYSCALLS, type HarnessLauncher } from "@oz0/harness/host";
 import { systemCommand } from "./system-command.js";
 
-/** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
-const ENTER_DOMAIN = String.raw`
+/** How the programs below begin: prctl's and close's syscall numbers are their first two arguments. */
+const PROGRAM_HEAD = String.raw`
 my $prctl = shift @ARGV;
 my $close = shift @ARGV;
-syscall($prctl, 38, 1, 0, 0, 0) == 0 or do { print STDERR "oz0 landlock: prctl(PR_SET_NO_NEW_PRIVS) failed: $!\n"; exit 125 };
-my $attr = pack("Q", 1 << 11);
-my $fd = syscall(444, $attr, length($attr), 0);
-$fd >= 0 or do { print STDERR "oz0 landlock: landlock_create_ruleset failed: $!\n"; exit 125 };
-syscall(446, $fd, 0) == 0 or do { print STDERR "oz0 landlock: landlock_restrict_self failed: $!\n"; exit 125 };
-syscall($close, $fd);
+sub fail { print STDERR "oz0 landlock: $_[0]\n"; exit 125 }
+`;
+
+/** How they end: no_new_privs (or CAP_SYS_ADMIN, which a root container lacks) lets the domain be entered; then the command runs in it. */
+const ENTER_AND_EXEC = String.raw`
+syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
+syscall(446, $ruleset, 0) == 0 or fail("landlock_restrict_self failed: $!");
+syscall($close, $ruleset);
 exec { $ARGV[0] } @ARGV;
 print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
 exit 127;
 `;
+
+/** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
+const ENTER_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+my $attr = pack("Q", 1 << 11);
+my $ruleset = syscall(444, $attr, length($attr), 0);
+$ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
+`}${ENTER_AND_EXEC}`;
 
 /**
  * A domain that walls the file system off, for a program the orchestrator
@@ -54,14 +63,11 @@ exit 127;
  * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
  * arm64, the two architectures LINUX_SYSCALLS (@oz0/harness/host) knows.
  */
-const ENTER_WALLED_DOMAIN = String.raw`
-my $prctl = shift @ARGV;
-my $close = shift @ARGV;
+const ENTER_WALLED_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $count = shift @ARGV;
 my @read_only = splice(@ARGV, 0, $count);
 $count = shift @ARGV;
 my @writable = splice(@ARGV, 0, $count);
-sub fail { print STDERR "oz0 landlock: $_[0]\n"; exit 125 }
 my $abi = syscall(444, 0, 0, 1);
 $abi >= 1 or fail("the kernel has no Landlock: $!");
 my $fs = (1 << 13) - 1;
@@ -81,13 +87,26 @@ sub allow {
 }
 allow($_, (1 << 0) | (1 << 2) | (1 << 3)) for @read_only, "/proc/self";
 allow($_, $fs) for @writable;
-syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
-syscall(446, $ruleset, 0) == 0 or fail("landlock_restrict_self failed: $!");
-syscall($close, $ruleset);
-exec { $ARGV[0] } @ARGV;
-print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
-exit 127;
-`;
+`}${ENTER_AND_EXEC}`;
+
+/**
+ * A domain whose only rule is on binding TCP sockets (ABI 4, Linux 6.7+),
+ * allowed for port 0 alone: the kernel picks the port, from its ephemeral
+ * range (session-listen-ports.ts says why). A ruleset attribute of 16 bytes
+ * is { handled_access_fs, handled_access_net }: no file-system right handled;
+ * LANDLOCK_ACCESS_NET_BIND_TCP is 1; a LANDLOCK_RULE_NET_PORT (2) rule is {
+ * allowed_access, port }, both 64 bits.
+ */
+const ENTER_LISTEN_PORTS_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+my $abi = syscall(444, 0, 0, 1);
+$abi >= 1 or fail("the kernel has no Landlock: $!");
+$abi >= 4 or fail("the kernel's Landlock is ABI $abi; rules on TCP ports need ABI 4 (Linux 6.7+)");
+my $attr = pack("QQ", 0, 1);
+my $ruleset = syscall(444, $attr, length($attr), 0);
+$ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
+my $rule = pack("QQ", 1, 0);
+syscall(445, $ruleset, 2, $rule, 0) == 0 or fail("landlock_add_rule(port 0) failed: $!");
+`}${ENTER_AND_EXEC}`;
 
 /** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
 export interface Landlock {
@@ -99,24 +118,41 @@ export interface Landlock {
  * A Landlock domain that works here, or why not (tried once, with a command
  * that exits at once). `perlPath`: the perl to try; default the system's.
  */
-export function detectLandlock(
-  options: { perlPath?: string } = {},
-): { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string } {
+export function detectLandlock(options: { perlPath?: string } = {}): LandlockDetection {
+  return detectWith({
+    ...options,
+    program: ENTER_DOMAIN,
+    needs: "the kernel needs Landlock (Linux 5.13+, landlock in its LSM list)",
+  });
+}
+
+/** The same for the domain of listenPortsCommand: Landlock with network rules. */
+export function detectListenPortsDomain(options: { perlPath?: string } = {}): LandlockDetection {
+  return detectWith({
+    ...options,
+    program: ENTER_LISTEN_PORTS_DOMAIN,
+    needs: "the kernel needs Landlock with network rules (Linux 6.7+, landlock in its LSM list)",
+  });
+}
+
+export type LandlockDetection = { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string };
+
+function detectWith(options: { perlPath?: string; program: string; needs: string }): LandlockDetection {
   if (process.platform !== "linux") return { reason: `Landlock is Linux's (this is ${process.platform})` };
   const syscalls = LINUX_SYSCALLS[process.arch];
   if (syscalls === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = options.perlPath ?? systemCommand("perl");
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
-  const trial = spawnSync(perlPath, ["-e", ENTER_DOMAIN, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
+  const trial = spawnSync(perlPath, ["-e", options.program, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
     encoding: "utf8",
     stdio: ["ignore", "ignore", "pipe"],
   });
   if (trial.status !== 7)
     return {
-      reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)}); the kernel needs Landlock (Linux 5.13+, landlock in its LSM list)`,
+      reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.replace(/^oz0 landlock: /, "").trim() || `exit ${trial.status ?? trial.signal}`)}); ${options.needs}`,
     };
-  return { landlock: { perlPath, syscalls } };
+  return { landlock: { perlPath, syscalls: { prctl: syscalls.prctl, close: syscalls.close } } };
 }
 
 function numbers(syscalls: Landlock["syscalls"]): string[] {
@@ -159,4 +195,9 @@ export function walledCommand(
     ...options.writable,
     ...options.command,
   ];
+}
+
+/** `command`, run inside a Landlock domain where it may bind TCP sockets to port 0 only (ENTER_LISTEN_PORTS_DOMAIN above). */
+export function listenPortsCommand(landlock: Landlock, command: readonly string[]): string[] {
+  return [landlock.perlPath, "-e", ENTER_LISTEN_PORTS_DOMAIN, ...numbers(landlock.syscalls), ...command];
 }

@@ -94,6 +94,13 @@ export interface SandboxConfig {
    */
   syscallFilter?: SyscallFilterSetting;
   /**
+   * The ports a `user`-mode session may listen on (OZ0_SESSION_LISTEN_PORTS; session-listen-ports.ts): `auto`
+   * allows only a port the kernel picks (bind to port 0) where Landlock's network rules work, and says why not where
+   * they do not; `ephemeral` refuses to start without them; `any` lets sessions listen on a port of their choosing,
+   * a service's among them while it is down. Default auto.
+   */
+  listenPorts?: ListenPortsSetting;
+  /**
    * How many processes and threads each session may run at once
    * (OZ0_SESSION_MAX_PROCESSES), where the isolation mode lets the kernel
    * count a session's apart: under bubblewrap when the sandbox is not root,
@@ -236,6 +243,8 @@ export const DEFAULT_HEARTBEAT_MS = 5_000;
 const ISOLATION_SETTINGS: readonly IsolationSetting[] = ["auto", "bwrap", "user", "none"];
 export type SyscallFilterSetting = "auto" | "on" | "off";
 const SYSCALL_FILTER_SETTINGS: readonly SyscallFilterSetting[] = ["auto", "on", "off"];
+export type ListenPortsSetting = "auto" | "ephemeral" | "any";
+const LISTEN_PORTS_SETTINGS: readonly ListenPortsSetting[] = ["auto", "ephemeral", "any"];
 const CONTAINMENT_SETTINGS: readonly ContainmentSetting[] = ["auto", ...CONTAINMENT_MECHANISMS];
 /** uid_t is 32 bits and -1 means "unchanged": a session's uid stays below it. */
 const UID_LIMIT = 0xffff_ffff;
@@ -276,6 +285,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     isolation: envOneOf(env, "OZ0_ISOLATION", ISOLATION_SETTINGS) ?? "auto",
     containment: envOneOf(env, "OZ0_CONTAINMENT", CONTAINMENT_SETTINGS) ?? "auto",
     syscallFilter: envOneOf(env, "OZ0_SESSION_SYSCALL_FILTER", SYSCALL_FILTER_SETTINGS) ?? "auto",
+    listenPorts: envOneOf(env, "OZ0_SESSION_LISTEN_PORTS", LISTEN_PORTS_SETTINGS) ?? "auto",
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
     minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
     diskLimitBytes: envInteger(env, "OZ0_SANDBOX_DISK_LIMIT_BYTES", { min: 0, unit: "bytes (0: no limit)" }),

@@ -81,6 +81,7 @@ export type SessionIsolation =
       setprivPath: string;
       acquireUser: () => Promise<SessionUserLease>;
       syscallFilter?: UserModeSyscallFilter | undefined;
+      listenPortRule?: Landlock | undefined;
     }
   | {
       mode: "bwrap";
@@ -464,6 +465,7 @@ export class SandboxSession {
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
         processLimit: this.#options.processLimit,
         syscallFilter: isolation.syscallFilter,
+        listenPortRule: isolation.listenPortRule,
       });
     }
     const keep = this.#options.keep;

@@ -66,7 +66,14 @@ export interface SessionRegistryOptions {
   memoryCheckMs?: number;
   isolation:
     | { mode: "none"; setprivPath?: string; containment: Containment; landlock?: Landlock }
-    | { mode: "user"; setprivPath: string; users: SessionUserPool; syscallFilter?: UserModeSyscallFilter | undefined }
+    | {
+        mode: "user";
+        setprivPath: string;
+        users: SessionUserPool;
+        syscallFilter?: UserModeSyscallFilter | undefined;
+        /** The Landlock rule that lets sessions listen only on ports the kernel picks (session-listen-ports.ts). */
+        listenPortRule?: Landlock | undefined;
+      }
     | {
         mode: "bwrap";
         bwrapPath: string;
@@ -492,6 +499,7 @@ export class SessionRegistry {
         setprivPath: isolation.setprivPath,
         acquireUser: userFor(shared, isolation.users),
         syscallFilter: isolation.syscallFilter,
+        listenPortRule: isolation.listenPortRule,
       };
     const listeners = options.sharedForwards ? this.#listeners : undefined;
     const forwards = planLlmForwards({

@@ -13,6 +13,7 @@ import { findCommand, processGroupLauncher, type HarnessLauncher } from "@oz0/ha
 import type { SessionUser } from "./session-user-processes.js";
 import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
 import { filteredCommand, type UserModeSyscallFilter } from "./syscall-filter.js";
+import { listenPortsCommand, type Landlock } from "./landlock-launcher.js";
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
 export function setprivUserArgs(user: SessionUser): string[] {
@@ -99,6 +100,8 @@ export function sessionUserLauncher(options: {
   processLimit?: SessionProcessLimit | undefined;
   /** The seccomp filter the harness runs under, loaded by perl as root just before setpriv drops to the uid (syscall-filter.ts). */
   syscallFilter?: UserModeSyscallFilter | undefined;
+  /** The Landlock domain that lets the harness listen only on ports the kernel picks, entered as root (session-listen-ports.ts). */
+  listenPortRule?: Landlock | undefined;
 }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
@@ -113,17 +116,21 @@ export function sessionUserLauncher(options: {
         // ptrace it (session-user-helper.ts), and one that ran as the uid before its limit could fork past it. The
         // kernel counts the processes of the uid each runs as, whenever the limit was set.
         // The filter is loaded while root too, which reads its program wherever the sandbox is installed (the uid may
-        // not pass the folders); it stays through setpriv and the harness's exec.
+        // not pass the folders); it stays through setpriv and the harness's exec. So does the Landlock domain that keeps
+        // the session off the node's service ports, entered first.
         command: withProcessLimit(
           options.processLimit,
-          filtered(options.syscallFilter, [
-            options.setprivPath,
-            ...setprivUserArgs(options.user),
-            "--pdeathsig",
-            "SIGKILL",
-            "--",
-            ...spec.command,
-          ]),
+          inPortDomain(
+            options.listenPortRule,
+            filtered(options.syscallFilter, [
+              options.setprivPath,
+              ...setprivUserArgs(options.user),
+              "--pdeathsig",
+              "SIGKILL",
+              "--",
+              ...spec.command,
+            ]),
+          ),
         ),
       });
       const { killAll } = options;
@@ -137,6 +144,10 @@ export function sessionUserLauncher(options: {
       };
     },
   };
+}
+
+function inPortDomain(rule: Landlock | undefined, command: string[]): string[] {
+  return rule !== undefined ? listenPortsCommand(rule, command) : command;
 }
 
 function filtered(filter: UserModeSyscallFilter | undefined, command: string[]): string[] {

@@ -13,6 +13,8 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { sessionSyscallFilter } from "../src/syscall-filter.js";
+import { chooseListenPorts } from "../src/session-listen-ports.js";
+import { detectListenPortsDomain } from "../src/landlock-launcher.js";
 import {
   FIXTURES,
   isText,
@@ -36,6 +38,25 @@ const userModeSkip =
     : findSetpriv() === undefined
       ? "the user isolation mode needs setpriv"
       : false;
+/**
+ * A port below the kernel's ephemeral range that a server listened on and let go: a service of the node, stopped for
+ * a restart (the services' ports are below the range: the defaults, and those `oz0 dev` chooses).
+ */
+async function stoppedServicePort(): Promise<number> {
+  const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  for (;;) {
+    const port = 10_000 + Math.floor(Math.random() * (low - 10_001));
+    const server = net.createServer();
+    const listening = await new Promise<boolean>((resolve) => {
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => resolve(true));
+    });
+    if (!listening) continue;
+    await new Promise((resolve) => server.close(resolve));
+    return port;
+  }
+}
+
 /** Whether this process, the sandbox under test, holds CAP_SYS_RESOURCE (capability 24; not in a container's default set). */
 function holdsSysResource(): boolean {
   const effective = /^CapEff:\s+([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0";
@@ -359,6 +380,39 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       });
     }
 
+    // Sharing the node's network, a user-mode session could listen on a service's port while the service is down
+    // (a restart) and be sent its callers' credentials. It may listen only where the kernel picks the port.
+    if (mode === "user")
+      void it("cannot listen on a stopped service's port, only on a port the kernel picks (Landlock)", async () => {
+        const found = detectListenPortsDomain();
+        assert.ok(found.landlock, `this kernel should have Landlock's network rules: ${found.reason}`);
+        const stopped = await stoppedServicePort();
+        const stream = await runToEnd(
+          t.client,
+          scenarioStart({
+            mode: "probe",
+            listen: [
+              { host: "127.0.0.1", port: stopped },
+              { host: "0.0.0.0", port: stopped },
+              { host: "::1", port: stopped },
+              { host: "::", port: stopped + 1 },
+              { host: "127.0.0.1", port: 0 },
+              { host: "::1", port: 0 },
+            ],
+          }),
+        );
+        assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+        const report = JSON.parse(stream.texts()[0] ?? "{}") as { listens: Record<string, string> };
+        assert.deepEqual(report.listens, {
+          [`127.0.0.1 ${stopped}`]: "ERROR EACCES",
+          [`0.0.0.0 ${stopped}`]: "ERROR EACCES",
+          [`::1 ${stopped}`]: "ERROR EACCES",
+          [`:: ${stopped + 1}`]: "ERROR EACCES",
+          "127.0.0.1 0": "listening",
+          "::1 0": "listening",
+        });
+      });
+
     // A sysctl's file is writable by its owner, uid 0 of the node: a session running as that uid (bubblewrap started
     // by a root sandbox) could otherwise set kernel.core_pattern, a program the kernel runs as root at the next crash.
     // The probe writes "x", which no integer setting takes (EINVAL), should this ever fail open.
@@ -450,17 +504,42 @@ void describe("isolation setting", () => {
     }
   });
 
+  void it("OZ0_SESSION_LISTEN_PORTS=ephemeral refuses to start where sessions could listen on any port", async () => {
+    const detect = (): ReturnType<typeof detectListenPortsDomain> => ({ reason: "the kernel's Landlock is ABI 3" });
+    assert.throws(
+      () => chooseListenPorts({ setting: "ephemeral", mode: "user", detect }),
+      /^Error: OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: the kernel's Landlock is ABI 3; /,
+    );
+    assert.deepEqual(chooseListenPorts({ setting: "auto", mode: "user", detect }).fields, {
+      sessionListenPorts: "any",
+      sessionListenPortsReason: "the kernel's Landlock is ABI 3",
+    });
+    assert.throws(
+      () => chooseListenPorts({ setting: "ephemeral", mode: "none", detect }),
+      /^Error: OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions run without OS isolation/,
+    );
+    // A network of its own: nothing to choose.
+    assert.deepEqual(chooseListenPorts({ setting: "ephemeral", mode: "bwrap", detect }), {});
+  });
+
   void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
     const { startSandbox } = await import("../src/index.js");
     const program = sessionSyscallFilter().program;
     assert.ok(program !== undefined, `no filter program for ${process.arch}`);
-    const cases: { isolation: "bwrap" | "user" | "none"; setprivPath?: string; syscallFilter?: "on" | "off" }[] = [
+    const cases: {
+      isolation: "bwrap" | "user" | "none";
+      setprivPath?: string;
+      syscallFilter?: "on" | "off";
+      listenPorts?: "any";
+    }[] = [
       { isolation: "bwrap" },
       { isolation: "bwrap", syscallFilter: "off" },
       { isolation: "bwrap", syscallFilter: "on" },
       // Sessions as the sandbox's own user (no setpriv to drop with): a warning besides, naming no mode.
       { isolation: "bwrap", setprivPath: "/no/such/setpriv" },
-      ...(userModeSkip === false ? [{ isolation: "user" as const }] : []),
+      ...(userModeSkip === false
+        ? [{ isolation: "user" as const }, { isolation: "user" as const, listenPorts: "any" as const }]
+        : []),
       { isolation: "none" },
     ];
     for (const setting of cases) {
@@ -483,6 +562,17 @@ void describe("isolation setting", () => {
         assert.equal(
           named[0]?.fields.syscallFilter,
           setting.isolation === "none" ? undefined : setting.syscallFilter === "off" ? "off" : path.basename(program),
+          JSON.stringify(setting),
+        );
+        // The ports a user-mode session may listen on, and a warning when it may take a service's.
+        assert.equal(
+          named[0]?.fields.sessionListenPorts,
+          setting.isolation !== "user" ? undefined : (setting.listenPorts ?? "ephemeral"),
+          JSON.stringify(setting),
+        );
+        assert.equal(
+          lines.some((line) => line.level === "warn" && line.fields.sessionListenPorts === "any"),
+          setting.listenPorts === "any",
           JSON.stringify(setting),
         );
       } finally {

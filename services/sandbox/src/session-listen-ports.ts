@@ -1,0 +1,56 @@
+// In the `user` mode a session shares the node's network namespace. While a
+// service of the node is down (a restart, a crash its supervisor mends; its
+// sessions' processes outlive the sandbox's own until the next one starts), a
+// session could listen on that service's port, and the service's callers would
+// send it their credentials: the orchestrator's, which every service takes as
+// the orchestrator's, on its next call to the sandbox, the LLM proxy or the
+// events service. A network namespace of the session's own would end that, but
+// it takes CAP_SYS_ADMIN, which a root container lacks by default (where the
+// `user` mode is most often chosen: bubblewrap cannot run there either).
+//
+// So each harness of the mode starts inside a Landlock domain (Linux 6.7+,
+// Landlock ABI 4; landlock-launcher.ts's listenPortsCommand) that handles the
+// right to bind a TCP socket and allows it for port 0 only: the session listens on a port the kernel picks from its
+// ephemeral range (`ip_local_port_range`), as servers in tests mostly do, and
+// on no port of its own choosing, IPv4 or IPv6. A service's port outside that
+// range (the defaults, 7700-7710; `oz0 dev` chooses its services' ports below
+// it) cannot be had. Other protocols are not covered (the services speak TCP
+// only). The domain is entered as root, before setpriv drops to the session's
+// uid; it stays through every exec and every change of uid after.
+import type { IsolationName } from "./isolation-choice.js";
+import { detectListenPortsDomain, type Landlock } from "./landlock-launcher.js";
+import type { ListenPortsSetting } from "./sandbox-config.js";
+
+/** The start-up line's fields: `ephemeral`, or `any` with the reason. */
+export type ListenPortsFields =
+  | { sessionListenPorts: "ephemeral"; sessionListenPortsReason?: undefined }
+  | { sessionListenPorts: "any"; sessionListenPortsReason: string };
+
+/**
+ * The rule the `user` mode's sessions run under, from `setting` (OZ0_SESSION_LISTEN_PORTS) and what works here,
+ * with the start-up line's fields; none in the other modes (bubblewrap gives each session a network of its own; the
+ * `none` mode's sessions can read the stack's credentials as they are). `ephemeral` throws where there is none (the
+ * `none` mode too): a guard that was asked for is never dropped in silence.
+ */
+export function chooseListenPorts(options: {
+  setting: ListenPortsSetting;
+  mode: IsolationName;
+  detect?: typeof detectListenPortsDomain;
+}): { rule?: Landlock; fields?: ListenPortsFields } {
+  const { setting, mode } = options;
+  if (mode === "none" && setting === "ephemeral")
+    throw new Error(
+      "OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions run without OS isolation (the none mode), on the node's network and as the sandbox's own user; run them under bubblewrap or in the user mode, or set OZ0_SESSION_LISTEN_PORTS=auto",
+    );
+  // Under bubblewrap a session listens in a network of its own.
+  if (mode !== "user") return {};
+  if (setting === "any")
+    return { fields: { sessionListenPorts: "any", sessionListenPortsReason: "OZ0_SESSION_LISTEN_PORTS=any" } };
+  const found = (options.detect ?? detectListenPortsDomain)();
+  if (found.landlock !== undefined) return { rule: found.landlock, fields: { sessionListenPorts: "ephemeral" } };
+  if (setting === "ephemeral")
+    throw new Error(
+      `OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: ${found.reason}; run them under bubblewrap, on a kernel with Landlock's network rules, or set OZ0_SESSION_LISTEN_PORTS=auto`,
+    );
+  return { fields: { sessionListenPorts: "any", sessionListenPortsReason: found.reason } };
+}
