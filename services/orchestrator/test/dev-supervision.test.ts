@@ -14,6 +14,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
 import { devServicePids, startDevProcess, type DevProcess } from "./support/dev-process.js";
+import { ephemeralRangeStart } from "../src/dev/service-port-choice.js";
 import { cliMain, eventually, fakeAgentYaml, makePluginRepo } from "./support/test-stack.js";
 
 const run = promisify(execFile);
@@ -127,6 +128,11 @@ void test(
     let dev = await startDev();
     step("dev ready");
     const firstPorts = readFileSync(path.join(home, "ports.json"), "utf8");
+    // Below the kernel's ephemeral range: while a service is down, no process of the node binding port 0 (all a
+    // user-mode session may bind) can be handed its port.
+    const rangeStart = ephemeralRangeStart();
+    for (const [name, port] of Object.entries(JSON.parse(firstPorts) as Record<string, number>))
+      assert.ok(port >= 10_000 && port < rangeStart, `${name}'s port ${port} is not below ${rangeStart}`);
     const repo = await makePluginRepo({
       agents: {
         careful: fakeAgentYaml({ ...PROOF_WRITER, name: "careful", requiresApproval: ["write_file"] }),

@@ -27,6 +27,7 @@ import {
 } from "./embedded-stack.js";
 import { ensureCredentialsDir, ensureOwnerCredential } from "./local-credentials.js";
 import { replaceFile } from "../replace-file.js";
+import { ephemeralRangeStart, portBelowEphemeralRange, portTaken } from "./service-port-choice.js";
 
 const SERVICES: readonly StackServiceName[] = ["events", "llm-proxy", "sandbox", "orchestrator"];
 /** Started in waves: the LLM proxy and the sandbox need the events service; the orchestrator needs them all. */
@@ -113,9 +114,9 @@ function readRecord(home: string): DevStackRecord | undefined {
 /**
  * Each service's port for this data directory as far as it is chosen: the
  * orchestrator's given port, or the one recorded in ports.json. A service
- * without one listens on a port of the kernel's choosing at its first start,
- * which is then recorded: choosing a free port first and handing it over
- * leaves a moment in which another program can take it.
+ * without one listens on a port chosen below the kernel's ephemeral range at
+ * its first start (service-port-choice.ts), which is then recorded; another
+ * program may take that port first, and the start then tries another.
  */
 function recordedPorts(home: string, orchestratorPort: number): Partial<Record<StackServiceName, number>> {
   const file = devPortsFile(home);
@@ -200,6 +201,14 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const delays = options.restartDelayMs ?? { first: 500, max: 30_000 };
   const ownerToken = ensureOwnerCredential(home);
   const ports = recordedPorts(home, options.orchestratorPort);
+  const rangeStart = ephemeralRangeStart();
+  for (const name of SERVICES) {
+    const port = ports[name];
+    if (port !== undefined && port >= rangeStart)
+      options.notify(
+        `the ${name} service's port ${port} (${name === "orchestrator" ? "--port" : devPortsFile(home)}) is in the kernel's ephemeral range (from ${rangeStart}): while the service is down, a process binding port 0, a user-mode sandbox session among them, could be handed it and sent its callers' credentials; when no job is in flight, delete ${devPortsFile(home)} (oz0 dev then chooses ports below the range)${name === "orchestrator" ? " and give --port one below it" : ""}`,
+      );
+  }
   // Filled in as services are adopted or started; complete once the stack is up.
   const urls: Partial<Record<StackServiceName, string>> = {};
   for (const name of SERVICES) if (ports[name] !== undefined) urls[name] = `http://127.0.0.1:${ports[name]}`;
@@ -256,30 +265,35 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
     );
   };
 
-  const start = (name: StackServiceName): Promise<StackProcess> =>
-    startServiceProcess({
-      name,
-      env: stackServiceEnv({
-        name,
-        home,
-        urls,
-        identity: stackIdentityEnv({ credentials, ownerToken, name }),
-        port: ports[name] ?? 0,
-        extra: options.env?.[name],
-      }),
-      logFile: path.join(logs, `${name}.log`),
-      outlivesParent: true,
-      ...(options.logLevel ? { logLevel: options.logLevel } : {}),
-    }).then(
-      (started) => {
+  const start = async (name: StackServiceName): Promise<StackProcess> => {
+    // A first start takes a port below the ephemeral range (service-port-choice.ts), another one if it was taken.
+    for (let attempt = 1; ; attempt++) {
+      const recorded = ports[name];
+      const port = recorded ?? portBelowEphemeralRange();
+      try {
+        const started = await startServiceProcess({
+          name,
+          env: stackServiceEnv({
+            name,
+            home,
+            urls,
+            identity: stackIdentityEnv({ credentials, ownerToken, name }),
+            port,
+            extra: options.env?.[name],
+          }),
+          logFile: path.join(logs, `${name}.log`),
+          outlivesParent: true,
+          ...(options.logLevel ? { logLevel: options.logLevel } : {}),
+        });
         ports[name] = Number(new URL(started.url).port);
         urls[name] = started.url;
         return started;
-      },
-      (error: unknown) => {
-        throw portTakenHint(error, name, ports[name], home);
-      },
-    );
+      } catch (error) {
+        if (recorded === undefined && port !== 0 && attempt < 5 && portTaken(error)) continue;
+        throw portTakenHint(error, name, recorded, home);
+      }
+    }
+  };
 
   let closing = false;
   const wakeOnClose: (() => void)[] = [];
@@ -377,8 +391,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
 
 /** A start that failed because the recorded port is taken says so, and what to do. */
 function portTakenHint(error: unknown, name: StackServiceName, port: number | undefined, home: string): Error {
-  const message = (error as Error).message;
-  if (port === undefined || !/EADDRINUSE|address already in use/i.test(message)) return error as Error;
+  if (port === undefined || !portTaken(error)) return error as Error;
   return new Error(
     `the ${name} service's port ${port} is taken by another program; stop that program, or delete ${devPortsFile(home)} (oz0 dev then chooses new ports; jobs in flight are then lost)`,
   );
