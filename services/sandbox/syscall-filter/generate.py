@@ -14,6 +14,13 @@
 #   passes its flags in memory a filter cannot read, so it is refused with
 #   ENOSYS, on which glibc and others fall back to clone;
 # - join a namespace (setns);
+# - give a thread a descriptor table of its own (clone with CLONE_THREAD and
+#   without CLONE_FILES; unshare with CLONE_FILES): the open files guard
+#   (session-open-files-guard.ts) counts each process's table, the one its
+#   first thread holds, and a thread's own would hold up to the session's
+#   whole limit again, unseen, towards the node's one table of open files.
+#   Every threads library shares the table (glibc's pthread_create, Go's
+#   runtime, Rust's std through pthreads);
 # - the kernel's keyrings (keyctl, add_key, request_key), eBPF (bpf),
 #   performance counters (perf_event_open), userfaultfd and io_uring: large
 #   attack surfaces with a long list of exploits and no use to a session
@@ -41,6 +48,8 @@ import sys
 import seccomp
 
 CLONE_NEWUSER = 0x10000000
+CLONE_FILES = 0x400
+CLONE_THREAD = 0x10000
 MAX_SHM_SEGMENT_BYTES = 64 * 1024
 MAX_SEMAPHORES_PER_SET = 32
 
@@ -71,6 +80,9 @@ def write_filter(arch, path):
     new_user = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)
     f.add_rule(refuse, "unshare", new_user)
     f.add_rule(refuse, "clone", new_user)
+    f.add_rule(refuse, "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_FILES, CLONE_FILES))
+    own_table = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD | CLONE_FILES, CLONE_THREAD)
+    f.add_rule(refuse, "clone", own_table)
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     # EINVAL: what the kernel answers a size above kernel.shmmax or a count above SEMMSL.
     too_large = seccomp.ERRNO(errno.EINVAL)
