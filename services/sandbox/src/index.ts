@@ -160,7 +160,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   });
   const filterFields = filter.fields;
   // The `user` mode's sessions share the node's network: they listen only on ports the kernel picks, where it can say so.
-  const listenPorts = chooseListenPorts({ setting: config.listenPorts ?? "auto", mode: isolation.mode });
+  const listenPorts = chooseListenPorts({
+    setting: config.listenPorts ?? "auto",
+    mode: isolation.mode,
+    syscallFilter: filter.user !== undefined,
+  });
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
       ? detectLandlock()

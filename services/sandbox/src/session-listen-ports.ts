@@ -14,9 +14,12 @@
 // ephemeral range (`ip_local_port_range`), as servers in tests mostly do, and
 // on no port of its own choosing, IPv4 or IPv6. A service's port outside that
 // range (the defaults, 7700-7710; `oz0 dev` chooses its services' ports below
-// it) cannot be had. Other protocols are not covered (the services speak TCP
-// only). The domain is entered as root, before setpriv drops to the session's
-// uid; it stays through every exec and every change of uid after.
+// it) cannot be had. Landlock checks TCP sockets only: a Multipath TCP
+// listener (IPPROTO_MPTCP), which takes plain TCP connections too, is bound
+// unchecked, so the promise holds only with the seccomp filter, which refuses
+// MPTCP sockets (syscall-filter/generate.py). The domain is entered as root,
+// before setpriv drops to the session's uid; it stays through every exec and
+// every change of uid after.
 import type { IsolationName } from "./isolation-choice.js";
 import { detectListenPortsDomain, type Landlock } from "./landlock-launcher.js";
 import type { ListenPortsSetting } from "./sandbox-config.js";
@@ -35,6 +38,8 @@ export type ListenPortsFields =
 export function chooseListenPorts(options: {
   setting: ListenPortsSetting;
   mode: IsolationName;
+  /** Whether the sessions run under the seccomp filter, which refuses MPTCP sockets. */
+  syscallFilter: boolean;
   detect?: typeof detectListenPortsDomain;
 }): { rule?: Landlock; fields?: ListenPortsFields } {
   const { setting, mode } = options;
@@ -47,10 +52,20 @@ export function chooseListenPorts(options: {
   if (setting === "any")
     return { fields: { sessionListenPorts: "any", sessionListenPortsReason: "OZ0_SESSION_LISTEN_PORTS=any" } };
   const found = (options.detect ?? detectListenPortsDomain)();
-  if (found.landlock !== undefined) return { rule: found.landlock, fields: { sessionListenPorts: "ephemeral" } };
+  // Without the filter the domain still keeps TCP sockets off the ports; MPTCP ones may listen anywhere.
+  const reason =
+    found.landlock === undefined
+      ? found.reason
+      : options.syscallFilter
+        ? undefined
+        : "the seccomp filter is off, and Multipath TCP sockets, which Landlock does not check, listen where they like";
+  if (reason === undefined) return { rule: found.landlock!, fields: { sessionListenPorts: "ephemeral" } };
   if (setting === "ephemeral")
     throw new Error(
-      `OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: ${found.reason}; run them under bubblewrap, on a kernel with Landlock's network rules, or set OZ0_SESSION_LISTEN_PORTS=auto`,
+      `OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: ${reason}; run them under bubblewrap, on a kernel with Landlock's network rules and the seccomp filter, or set OZ0_SESSION_LISTEN_PORTS=auto`,
     );
-  return { fields: { sessionListenPorts: "any", sessionListenPortsReason: found.reason } };
+  return {
+    ...(found.landlock !== undefined ? { rule: found.landlock } : {}),
+    fields: { sessionListenPorts: "any", sessionListenPortsReason: reason },
+  };
 }

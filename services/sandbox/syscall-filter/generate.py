@@ -21,6 +21,12 @@
 #   whole limit again, unseen, towards the node's one table of open files.
 #   Every threads library shares the table (glibc's pthread_create, Go's
 #   runtime, Rust's std through pthreads);
+# - Multipath TCP sockets (socket with IPPROTO_MPTCP): Landlock's rule on
+#   the ports a user-mode session may bind (session-listen-ports.ts) checks
+#   TCP sockets only, and an MPTCP listener takes plain TCP connections too,
+#   so one on a stopped service's port would be sent its callers'
+#   credentials. Answered EPROTONOSUPPORT, as by a kernel without MPTCP, on
+#   which programs that ask for it (Go's listeners) fall back to TCP;
 # - the kernel's keyrings (keyctl, add_key, request_key), eBPF (bpf),
 #   performance counters (perf_event_open), userfaultfd and io_uring: large
 #   attack surfaces with a long list of exploits and no use to a session
@@ -50,6 +56,7 @@ import seccomp
 CLONE_NEWUSER = 0x10000000
 CLONE_FILES = 0x400
 CLONE_THREAD = 0x10000
+IPPROTO_MPTCP = 262
 MAX_SHM_SEGMENT_BYTES = 64 * 1024
 MAX_SEMAPHORES_PER_SET = 32
 
@@ -84,6 +91,9 @@ def write_filter(arch, path):
     own_table = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD | CLONE_FILES, CLONE_THREAD)
     f.add_rule(refuse, "clone", own_table)
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    # The protocol is an int: its low 32 bits alone are compared, as the kernel reads them.
+    mptcp = seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, IPPROTO_MPTCP)
+    f.add_rule(seccomp.ERRNO(errno.EPROTONOSUPPORT), "socket", mptcp)
     # EINVAL: what the kernel answers a size above kernel.shmmax or a count above SEMMSL.
     too_large = seccomp.ERRNO(errno.EINVAL)
     f.add_rule(too_large, "shmget", seccomp.Arg(1, seccomp.GT, MAX_SHM_SEGMENT_BYTES))

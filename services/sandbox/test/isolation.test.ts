@@ -64,7 +64,8 @@ function holdsSysResource(): boolean {
 }
 
 /**
- * [number, ...arguments] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare, CLONE_THREAD alone for clone; for System V IPC
+ * [number, ...arguments] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare, CLONE_THREAD alone for clone; AF_INET, SOCK_STREAM and IPPROTO_MPTCP
+ * (alone, and with bits above the int the kernel reads) for socket; for System V IPC
  * IPC_PRIVATE, a size or a count, IPC_CREAT | 0600 (0o1600).
  */
 const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number[]>>> = {
@@ -72,6 +73,8 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     unshareUser: [272, 0x10000000],
     unshareFiles: [272, 0x400],
     cloneThreadOwnFiles: [56, 0x10000],
+    socketMptcp: [41, 2, 1, 262],
+    socketMptcpHighBits: [41, 2, 1, 0x100000106],
     setns: [308, 0],
     keyctl: [250, 0],
     bpf: [321, 0],
@@ -89,6 +92,8 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     unshareUser: [97, 0x10000000],
     unshareFiles: [97, 0x400],
     cloneThreadOwnFiles: [220, 0x10000],
+    socketMptcp: [198, 2, 1, 262],
+    socketMptcpHighBits: [198, 2, 1, 0x100000106],
     setns: [268, 0],
     keyctl: [219, 0],
     bpf: [280, 0],
@@ -446,6 +451,9 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           // without CLONE_SIGHAND is EINVAL to the kernel, so the probe makes no thread should the filter let it by.
           unshareFiles: "EPERM",
           cloneThreadOwnFiles: "EPERM",
+          // Multipath TCP, whose binds Landlock's port rule does not check (the user mode's listening ports).
+          socketMptcp: "EPROTONOSUPPORT",
+          socketMptcpHighBits: "EPROTONOSUPPORT",
           setns: "EPERM",
           keyctl: "EPERM",
           bpf: "EPERM",
@@ -510,20 +518,39 @@ void describe("isolation setting", () => {
 
   void it("OZ0_SESSION_LISTEN_PORTS=ephemeral refuses to start where sessions could listen on any port", async () => {
     const detect = (): ReturnType<typeof detectListenPortsDomain> => ({ reason: "the kernel's Landlock is ABI 3" });
+    const common = { mode: "user", syscallFilter: true, detect } as const;
     assert.throws(
-      () => chooseListenPorts({ setting: "ephemeral", mode: "user", detect }),
+      () => chooseListenPorts({ ...common, setting: "ephemeral" }),
       /^Error: OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: the kernel's Landlock is ABI 3; /,
     );
-    assert.deepEqual(chooseListenPorts({ setting: "auto", mode: "user", detect }).fields, {
-      sessionListenPorts: "any",
-      sessionListenPortsReason: "the kernel's Landlock is ABI 3",
+    assert.deepEqual(chooseListenPorts({ ...common, setting: "auto" }), {
+      fields: { sessionListenPorts: "any", sessionListenPortsReason: "the kernel's Landlock is ABI 3" },
+    });
+    // Landlock without the seccomp filter keeps TCP sockets off the ports, but not Multipath TCP ones.
+    const landlock = { perlPath: "/usr/bin/perl", syscalls: { prctl: 157, close: 3 } };
+    const works = (): ReturnType<typeof detectListenPortsDomain> => ({ landlock });
+    assert.deepEqual(chooseListenPorts({ ...common, setting: "auto", detect: works }), {
+      rule: landlock,
+      fields: { sessionListenPorts: "ephemeral" },
+    });
+    assert.deepEqual(chooseListenPorts({ ...common, setting: "auto", detect: works, syscallFilter: false }), {
+      rule: landlock,
+      fields: {
+        sessionListenPorts: "any",
+        sessionListenPortsReason:
+          "the seccomp filter is off, and Multipath TCP sockets, which Landlock does not check, listen where they like",
+      },
     });
     assert.throws(
-      () => chooseListenPorts({ setting: "ephemeral", mode: "none", detect }),
+      () => chooseListenPorts({ ...common, setting: "ephemeral", detect: works, syscallFilter: false }),
+      /^Error: OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions could listen on any port: the seccomp filter is off/,
+    );
+    assert.throws(
+      () => chooseListenPorts({ ...common, setting: "ephemeral", mode: "none" }),
       /^Error: OZ0_SESSION_LISTEN_PORTS=ephemeral, but sessions run without OS isolation/,
     );
     // A network of its own: nothing to choose.
-    assert.deepEqual(chooseListenPorts({ setting: "ephemeral", mode: "bwrap", detect }), {});
+    assert.deepEqual(chooseListenPorts({ ...common, setting: "ephemeral", mode: "bwrap" }), {});
   });
 
   void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
