@@ -3,6 +3,7 @@ export type { ServeOptions, RunningServer, ServiceRegistration } from "./serve.j
 export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js";
 export { createLogger } from "./logger.js";
 export { closeInheritedDescriptors } from "./inherited-descriptors.js";
+export { ephemeralRangeStart, portBelowEphemeralRange } from "./ephemeral-ports.js";
 export type { ClosedDescriptor } from "./inherited-descriptors.js";
 export { SummarisedLog } from "./summarised-log.js";
 export type { Counted, SummarisedLogOptions } from "./summarised-log.js";

@@ -8,7 +8,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { ephemeralRangeStart } from "../src/dev/service-port-choice.js";
+import { ephemeralRangeStart } from "@oz0/serving";
 import { devServicePids, startDevProcess } from "./support/dev-process.js";
 
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-dev-ports-"));

@@ -14,7 +14,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
 import { devServicePids, startDevProcess, type DevProcess } from "./support/dev-process.js";
-import { ephemeralRangeStart } from "../src/dev/service-port-choice.js";
+import { ephemeralRangeStart } from "@oz0/serving";
 import { cliMain, eventually, fakeAgentYaml, makePluginRepo } from "./support/test-stack.js";
 
 const run = promisify(execFile);

@@ -10,6 +10,8 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { eventually } from "./postgres-test-support.js";
+import { ephemeralRangeStart } from "@oz0/serving";
+import { startServiceProcess } from "../src/dev/embedded-stack.js";
 
 /** Alive and not a zombie. */
 function alive(pid: number): boolean {
@@ -73,6 +75,23 @@ void test("a service process stops when the process that started it is killed", 
   } finally {
     parent.kill("SIGKILL");
     if (servicePid > 0 && alive(servicePid)) process.kill(servicePid, "SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+void test("a service on any free port listens below the kernel's ephemeral range, out of a port-0 bind's reach", async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-embedded-port-"));
+  const service = await startServiceProcess({
+    name: "events",
+    env: { OZ0_EVENTS_DATA: path.join(dir, "data") },
+    logFile: path.join(dir, "events.log"),
+  });
+  try {
+    const port = Number(new URL(service.url).port);
+    const rangeStart = ephemeralRangeStart();
+    assert.ok(port >= 10_000 && port < rangeStart, `port ${port}, the range from ${rangeStart}`);
+  } finally {
+    await service.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 });

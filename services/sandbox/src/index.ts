@@ -1,7 +1,15 @@
 // @oz0/sandbox: the node agent that runs harness sessions.
 import os from "node:os";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { Authenticator, createLogger, READINESS, registration, serve, ServingStatus } from "@oz0/serving";
+import {
+  Authenticator,
+  createLogger,
+  ephemeralRangeStart,
+  READINESS,
+  registration,
+  serve,
+  ServingStatus,
+} from "@oz0/serving";
 import { DEFAULT_READ_ONLY_PATHS, type BubblewrapDetection } from "./bubblewrap-launcher.js";
 import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { chooseSessionContainment, type ContainmentName } from "./containment-choice.js";
@@ -36,7 +44,7 @@ import { startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
 import { chooseSyscallFilter } from "./syscall-filter.js";
-import { chooseListenPorts } from "./session-listen-ports.js";
+import { chooseListenPorts, servicePortsInEphemeralRange } from "./session-listen-ports.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
@@ -349,6 +357,17 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxMessageBytes: config.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
   });
   server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+  if (listenPorts.fields?.sessionListenPorts === "ephemeral") {
+    const exposed = servicePortsInEphemeralRange({
+      own: server.port,
+      peers: [config.eventsUrl, ...(config.orchestratorUrls ?? [])],
+    });
+    if (exposed.length > 0)
+      logger.warn(
+        { portsInEphemeralRange: exposed, ephemeralRangeStart: ephemeralRangeStart() },
+        "service ports of this node lie in the kernel's ephemeral range: while such a service is down, a user-mode session binding port 0 may be handed its port and be sent its callers' credentials; give the services ports below the range (see the sandbox README's The user mode)",
+      );
+  }
 
   let heartbeat: NodeHeartbeat | undefined;
   let node: RunningSandbox["node"];

@@ -12,15 +12,16 @@
 // Landlock ABI 4; landlock-launcher.ts's listenPortsCommand) that handles the
 // right to bind a TCP socket and allows it for port 0 only: the session listens on a port the kernel picks from its
 // ephemeral range (`ip_local_port_range`), as servers in tests mostly do, and
-// on no port of its own choosing, IPv4 or IPv6. A service's port outside that
-// range (the defaults, 7700-7710; `oz0 dev` chooses its services' ports below
-// it) cannot be had. Landlock checks TCP sockets only: a Multipath TCP
+// on no port of its own choosing, IPv4 or IPv6. A service's port below that
+// range (the defaults, 7700-7710; the stacks `oz0` starts choose theirs below
+// it) cannot be had; one in it can (servicePortsInEphemeralRange warns). Landlock checks TCP sockets only: a Multipath TCP
 // listener (IPPROTO_MPTCP), which takes plain TCP connections too, is bound
 // unchecked, so the promise holds only with the seccomp filter, which refuses
 // MPTCP sockets (syscall-filter/generate.py). The domain is entered as root,
 // before setpriv drops to the session's uid; it stays through every exec and
 // every change of uid after.
 import type { IsolationName } from "./isolation-choice.js";
+import { ephemeralRangeStart } from "@oz0/serving";
 import { detectListenPortsDomain, type Landlock } from "./landlock-launcher.js";
 import type { ListenPortsSetting } from "./sandbox-config.js";
 
@@ -69,3 +70,25 @@ export function chooseListenPorts(options: {
     fields: { sessionListenPorts: "any", sessionListenPortsReason: reason },
   };
 }
+
+/**
+ * The node's service ports a user-mode session could still be handed while their service is down: those in the
+ * kernel's ephemeral range among the sandbox's own and its peers' on loopback (the events service, the
+ * orchestrators' node API), which a bind to port 0 may get (in one bind, with IP_LOCAL_PORT_RANGE).
+ */
+export function servicePortsInEphemeralRange(options: {
+  own: number;
+  peers: readonly (string | undefined)[];
+  rangeStart?: number;
+}): { service: string; port: number }[] {
+  const start = options.rangeStart ?? ephemeralRangeStart();
+  const ports = [{ service: "sandbox", port: options.own }];
+  for (const peer of options.peers) {
+    if (peer === undefined) continue;
+    const url = new URL(peer);
+    if (url.port !== "" && LOOPBACK.test(url.hostname)) ports.push({ service: url.origin, port: Number(url.port) });
+  }
+  return ports.filter(({ port }) => port >= start);
+}
+
+const LOOPBACK = /^(127(\.\d{1,3}){3}|localhost|\[::1\])$/;

@@ -26,7 +26,11 @@
 #   TCP sockets only, and an MPTCP listener takes plain TCP connections too,
 #   so one on a stopped service's port would be sent its callers'
 #   credentials. Answered EPROTONOSUPPORT, as by a kernel without MPTCP, on
-#   which programs that ask for it (Go's listeners) fall back to TCP;
+#   which programs that ask for it (Go's listeners) fall back to TCP. The same
+#   holds for SMC (AF_SMC, and IPPROTO_SMC since Linux 6.11), whose listeners
+#   fall back to TCP for TCP clients: refused with EPERM, which no kernel
+#   answers on its own, so a test tells the filter's answer apart from a
+#   kernel without SMC; only programs started through smc_run ask for it;
 # - the kernel's keyrings (keyctl, add_key, request_key), eBPF (bpf),
 #   performance counters (perf_event_open), userfaultfd and io_uring: large
 #   attack surfaces with a long list of exploits and no use to a session
@@ -57,6 +61,8 @@ CLONE_NEWUSER = 0x10000000
 CLONE_FILES = 0x400
 CLONE_THREAD = 0x10000
 IPPROTO_MPTCP = 262
+IPPROTO_SMC = 256
+AF_SMC = 43
 MAX_SHM_SEGMENT_BYTES = 64 * 1024
 MAX_SEMAPHORES_PER_SET = 32
 
@@ -94,6 +100,8 @@ def write_filter(arch, path):
     # The protocol is an int: its low 32 bits alone are compared, as the kernel reads them.
     mptcp = seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, IPPROTO_MPTCP)
     f.add_rule(seccomp.ERRNO(errno.EPROTONOSUPPORT), "socket", mptcp)
+    f.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_SMC))
+    f.add_rule(refuse, "socket", seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, IPPROTO_SMC))
     # EINVAL: what the kernel answers a size above kernel.shmmax or a count above SEMMSL.
     too_large = seccomp.ERRNO(errno.EINVAL)
     f.add_rule(too_large, "shmget", seccomp.Arg(1, seccomp.GT, MAX_SHM_SEGMENT_BYTES))

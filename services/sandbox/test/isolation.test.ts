@@ -13,7 +13,7 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { sessionSyscallFilter } from "../src/syscall-filter.js";
-import { chooseListenPorts } from "../src/session-listen-ports.js";
+import { chooseListenPorts, servicePortsInEphemeralRange } from "../src/session-listen-ports.js";
 import { detectListenPortsDomain } from "../src/landlock-launcher.js";
 import {
   FIXTURES,
@@ -65,7 +65,7 @@ function holdsSysResource(): boolean {
 
 /**
  * [number, ...arguments] of the probe's system calls: CLONE_NEWUSER and CLONE_FILES for unshare, CLONE_THREAD alone for clone; AF_INET, SOCK_STREAM and IPPROTO_MPTCP
- * (alone, and with bits above the int the kernel reads) for socket; for System V IPC
+ * (alone, and with bits above the int the kernel reads), AF_SMC, and IPPROTO_SMC for socket; for System V IPC
  * IPC_PRIVATE, a size or a count, IPC_CREAT | 0600 (0o1600).
  */
 const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number[]>>> = {
@@ -75,6 +75,8 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     cloneThreadOwnFiles: [56, 0x10000],
     socketMptcp: [41, 2, 1, 262],
     socketMptcpHighBits: [41, 2, 1, 0x100000106],
+    socketSmcFamily: [41, 43, 1, 0],
+    socketSmcProtocol: [41, 2, 1, 256],
     setns: [308, 0],
     keyctl: [250, 0],
     bpf: [321, 0],
@@ -94,6 +96,8 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     cloneThreadOwnFiles: [220, 0x10000],
     socketMptcp: [198, 2, 1, 262],
     socketMptcpHighBits: [198, 2, 1, 0x100000106],
+    socketSmcFamily: [198, 43, 1, 0],
+    socketSmcProtocol: [198, 2, 1, 256],
     setns: [268, 0],
     keyctl: [219, 0],
     bpf: [280, 0],
@@ -454,6 +458,9 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           // Multipath TCP, whose binds Landlock's port rule does not check (the user mode's listening ports).
           socketMptcp: "EPROTONOSUPPORT",
           socketMptcpHighBits: "EPROTONOSUPPORT",
+          // SMC, unchecked by Landlock too; EPERM, where a kernel without it answers EAFNOSUPPORT or EPROTONOSUPPORT.
+          socketSmcFamily: "EPERM",
+          socketSmcProtocol: "EPERM",
           setns: "EPERM",
           keyctl: "EPERM",
           bpf: "EPERM",
@@ -553,6 +560,25 @@ void describe("isolation setting", () => {
     assert.deepEqual(chooseListenPorts({ ...common, setting: "ephemeral", mode: "bwrap" }), {});
   });
 
+  void it("names the service ports on loopback a user-mode session could be handed", () => {
+    const peers = [
+      "http://127.0.0.1:7703",
+      "http://127.0.0.1:45000/",
+      "http://[::1]:50000",
+      "http://localhost:40000",
+      "http://events.oz0.svc:45000",
+      undefined,
+    ];
+    assert.deepEqual(servicePortsInEphemeralRange({ own: 7701, peers, rangeStart: 32_768 }), [
+      { service: "http://127.0.0.1:45000", port: 45_000 },
+      { service: "http://[::1]:50000", port: 50_000 },
+      { service: "http://localhost:40000", port: 40_000 },
+    ]);
+    assert.deepEqual(servicePortsInEphemeralRange({ own: 40_001, peers: [], rangeStart: 32_768 }), [
+      { service: "sandbox", port: 40_001 },
+    ]);
+  });
+
   void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
     const { startSandbox } = await import("../src/index.js");
     const program = sessionSyscallFilter().program;
@@ -604,6 +630,15 @@ void describe("isolation setting", () => {
         assert.equal(
           lines.some((line) => line.level === "warn" && line.fields.sessionListenPorts === "any"),
           setting.listenPorts === "any",
+          JSON.stringify(setting),
+        );
+        // Its own port is the kernel's choice (port 0), in the ephemeral range: a session could be handed it.
+        const exposed = lines.find((line) => line.level === "warn" && "portsInEphemeralRange" in line.fields);
+        assert.deepEqual(
+          exposed?.fields.portsInEphemeralRange,
+          setting.isolation === "user" && setting.listenPorts === undefined
+            ? [{ service: "sandbox", port: Number(new URL(sandbox.url).port) }]
+            : undefined,
           JSON.stringify(setting),
         );
       } finally {

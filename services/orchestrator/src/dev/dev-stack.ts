@@ -14,9 +14,10 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
-import { generateStackCredentials, type StackCredentials } from "@oz0/serving";
+import { ephemeralRangeStart, generateStackCredentials, type StackCredentials } from "@oz0/serving";
 import {
   isServiceProcess,
+  portTaken,
   stackIdentityEnv,
   stackServiceEnv,
   startServiceProcess,
@@ -27,7 +28,6 @@ import {
 } from "./embedded-stack.js";
 import { ensureCredentialsDir, ensureOwnerCredential } from "./local-credentials.js";
 import { replaceFile } from "../replace-file.js";
-import { ephemeralRangeStart, portBelowEphemeralRange, portTaken } from "./service-port-choice.js";
 
 const SERVICES: readonly StackServiceName[] = ["events", "llm-proxy", "sandbox", "orchestrator"];
 /** Started in waves: the LLM proxy and the sandbox need the events service; the orchestrator needs them all. */
@@ -114,9 +114,8 @@ function readRecord(home: string): DevStackRecord | undefined {
 /**
  * Each service's port for this data directory as far as it is chosen: the
  * orchestrator's given port, or the one recorded in ports.json. A service
- * without one listens on a port chosen below the kernel's ephemeral range at
- * its first start (service-port-choice.ts), which is then recorded; another
- * program may take that port first, and the start then tries another.
+ * without one listens on a free port below the kernel's ephemeral range at its
+ * first start (startServiceProcess), which is then recorded.
  */
 function recordedPorts(home: string, orchestratorPort: number): Partial<Record<StackServiceName, number>> {
   const file = devPortsFile(home);
@@ -265,35 +264,31 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
     );
   };
 
-  const start = async (name: StackServiceName): Promise<StackProcess> => {
-    // A first start takes a port below the ephemeral range (service-port-choice.ts), another one if it was taken.
-    for (let attempt = 1; ; attempt++) {
-      const recorded = ports[name];
-      const port = recorded ?? portBelowEphemeralRange();
-      try {
-        const started = await startServiceProcess({
-          name,
-          env: stackServiceEnv({
-            name,
-            home,
-            urls,
-            identity: stackIdentityEnv({ credentials, ownerToken, name }),
-            port,
-            extra: options.env?.[name],
-          }),
-          logFile: path.join(logs, `${name}.log`),
-          outlivesParent: true,
-          ...(options.logLevel ? { logLevel: options.logLevel } : {}),
-        });
+  // A first start takes a free port below the ephemeral range (startServiceProcess), recorded from then on.
+  const start = (name: StackServiceName): Promise<StackProcess> =>
+    startServiceProcess({
+      name,
+      env: stackServiceEnv({
+        name,
+        home,
+        urls,
+        identity: stackIdentityEnv({ credentials, ownerToken, name }),
+        port: ports[name] ?? 0,
+        extra: options.env?.[name],
+      }),
+      logFile: path.join(logs, `${name}.log`),
+      outlivesParent: true,
+      ...(options.logLevel ? { logLevel: options.logLevel } : {}),
+    }).then(
+      (started) => {
         ports[name] = Number(new URL(started.url).port);
         urls[name] = started.url;
         return started;
-      } catch (error) {
-        if (recorded === undefined && port !== 0 && attempt < 5 && portTaken(error)) continue;
-        throw portTakenHint(error, name, recorded, home);
-      }
-    }
-  };
+      },
+      (error: unknown) => {
+        throw portTakenHint(error, name, ports[name], home);
+      },
+    );
 
   let closing = false;
   const wakeOnClose: (() => void)[] = [];

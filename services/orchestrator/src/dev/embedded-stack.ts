@@ -22,7 +22,13 @@ import {
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { credentialDigest, generateStackCredentials, serviceIdentityEnv, type StackCredentials } from "@oz0/serving";
+import {
+  credentialDigest,
+  generateStackCredentials,
+  portBelowEphemeralRange,
+  serviceIdentityEnv,
+  type StackCredentials,
+} from "@oz0/serving";
 import { ensureOwnerCredential } from "./local-credentials.js";
 import { STEP_RUNNER_PACKAGES, STEP_RUNNER_SCRIPT } from "../graphs/step-runner-script.js";
 import { processAlive } from "./process-liveness.js";
@@ -202,13 +208,36 @@ const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
  * running, and the next `oz0 dev` adopts the services); then the service
  * writes its log itself, so it needs nothing of this process.
  */
-export async function startServiceProcess(options: {
+export async function startServiceProcess(options: ServiceProcessOptions): Promise<StackProcess> {
+  const given = options.env.OZ0_PORT;
+  if (given !== undefined && given !== "0") return startServiceOnce(options, given);
+  // "Any free port": one below the kernel's ephemeral range, which a process binding port 0 cannot be handed while
+  // the service is down (@oz0/serving's ephemeral-ports.ts), another if a program took it first.
+  for (let attempt = 1; ; attempt++) {
+    const port = portBelowEphemeralRange();
+    try {
+      return await startServiceOnce(options, String(port));
+    } catch (error) {
+      if (port === 0 || attempt === 5 || !portTaken(error)) throw error;
+    }
+  }
+}
+
+/** Whether a service failed to start because its port is taken. */
+export function portTaken(error: unknown): boolean {
+  return /EADDRINUSE|address already in use/i.test((error as Error).message);
+}
+
+interface ServiceProcessOptions {
   name: StackServiceName;
+  /** OZ0_PORT among them: unset or 0 for a free port below the kernel's ephemeral range. */
   env: Record<string, string>;
   logFile: string;
   logLevel?: "info" | "debug" | "trace";
   outlivesParent?: boolean;
-}): Promise<StackProcess> {
+}
+
+async function startServiceOnce(options: ServiceProcessOptions, port: string): Promise<StackProcess> {
   const main = serviceMain(options.name);
   if (!existsSync(main)) {
     throw new Error(
@@ -236,8 +265,8 @@ export async function startServiceProcess(options: {
       env: {
         ...serviceEnv(options.name),
         OZ0_HOST: "127.0.0.1",
-        OZ0_PORT: "0",
         ...options.env,
+        OZ0_PORT: port,
         OZ0_LOG_LEVEL: options.logLevel ?? "info",
       },
       stdio: logFd === undefined ? ["ignore", "pipe", "pipe"] : ["ignore", logFd, logFd],
