@@ -60,10 +60,15 @@ interface PendingReading {
 }
 
 export class GuardReadings {
+  readonly #deadlineMs: number;
   #worker: Worker | undefined;
   #nextId = 0;
   #closed = false;
   readonly #pending = new Map<number, PendingReading>();
+
+  constructor(options: { deadlineMs?: number } = {}) {
+    this.#deadlineMs = options.deadlineMs ?? READING_DEADLINE_MS;
+  }
 
   /** The sessions above `maxBytes` now (session-memory-guard.ts, sessionsOverMemory). */
   sessionsOverMemory(
@@ -105,11 +110,11 @@ export class GuardReadings {
       const deadline = setTimeout(() => {
         this.#fail(
           worker,
-          new Error(`a reading of /proc took longer than ${READING_DEADLINE_MS} ms; its thread was ended`),
+          new Error(`a reading of /proc took longer than ${this.#deadlineMs} ms; its thread was ended`),
         );
         if (this.#worker === worker) this.#worker = undefined;
         void worker.terminate();
-      }, READING_DEADLINE_MS);
+      }, this.#deadlineMs);
       deadline.unref();
       this.#pending.set(id, { worker, resolve, reject, deadline });
       // Waited for: the process stays up while a reading runs (the guards' timers do not hold it).

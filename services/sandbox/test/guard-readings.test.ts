@@ -86,3 +86,22 @@ void it("answers each reading in turn, and none once closed", async () => {
     await readings.close();
   }
 });
+
+void it("fails a reading past its deadline, and those after it, rather than wait on a stuck thread", async () => {
+  // A thread takes some milliseconds to start: a 1 ms deadline passes before any first reading is answered.
+  const readings = new GuardReadings({ deadlineMs: 1 });
+  try {
+    const sessions = new Map([["self", { pids: [process.pid] }]]);
+    const asked = readings.sessionsOverMemory({ sessions, maxBytes: 1, sharedTmpfs: [] });
+    const second = readings.sessionsOverOpenFiles({ sessions, max: 1 });
+    await assert.rejects(asked, /^Error: a reading of \/proc took longer than 1 ms; its thread was ended$/);
+    await assert.rejects(second, /took longer than 1 ms|its thread was ended|the guards' reading thread exited/);
+    // The next reading starts another thread (which, at 1 ms, ends the same way): no reading waits for ever.
+    await assert.rejects(
+      readings.heldDeletedFiles({ device: 0, sessions, budget: 10 }),
+      /^Error: a reading of \/proc took longer than 1 ms; its thread was ended$/,
+    );
+  } finally {
+    await readings.close();
+  }
+});
