@@ -13,6 +13,7 @@
 // Before a uid is handed out its leftover processes (from a sandbox that was
 // killed) are killed, and when its last session ends everything it still
 // runs is killed, so a uid never carries one session's processes into another's.
+import { spawnSync } from "node:child_process";
 import { randomInt } from "node:crypto";
 import net from "node:net";
 import type { Logger } from "@oz0/serving";
@@ -20,6 +21,7 @@ import type { SessionUidRange } from "./sandbox-config.js";
 import { SandboxError } from "./sandbox-errors.js";
 import { removeUidLeftovers, uidsWithSystemVObjects } from "./session-user-files.js";
 import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
+import { systemCommand } from "./system-command.js";
 
 function holdName(uid: number): string {
   return `\0oz0-sandbox-session-uid-${uid}`;
@@ -53,6 +55,36 @@ function tryHold(uid: number, name = holdName(uid)): Promise<net.Server | undefi
       resolve(server);
     });
   });
+}
+
+/**
+ * Perl connects to each abstract name given and prints "<name> <pid> <uid>" of the process that listens on it
+ * (SO_PEERCRED: the listener's credentials, whoever now holds its descriptor), or "<name> none" when nothing
+ * listens (refused: bound without listening, or free). Node cannot read SO_PEERCRED. SOL_SOCKET 1 and SO_PEERCRED
+ * 17 are x86-64's and arm64's; struct ucred is { pid_t, uid_t, gid_t }.
+ */
+const HOLD_LISTENERS = String.raw`
+for my $name (@ARGV) {
+  socket(my $s, 1, 1, 0) or die "socket: $!";
+  if (!connect($s, pack("S a*", 1, "\0$name"))) { print "$name none\n"; next }
+  my ($pid, $uid) = unpack("lL", getsockopt($s, 1, 17) // "");
+  print defined $uid ? "$name $pid $uid\n" : "$name none\n";
+  close $s;
+}
+`;
+
+/**
+ * Who listens on `uid`'s hold, which another holds: `{ pid, uid }`, or "none" when it is bound and nobody listens
+ * (every sandbox's hold listens), or undefined where it cannot be told (no perl; another architecture).
+ */
+function holdListener(uid: number): { pid: number; uid: number } | "none" | undefined {
+  const perl = systemCommand("perl");
+  if (perl === undefined || (process.arch !== "x64" && process.arch !== "arm64")) return undefined;
+  const name = holdName(uid).slice(1);
+  const run = spawnSync(perl, ["-e", HOLD_LISTENERS, name], { encoding: "utf8", timeout: 10_000 });
+  const [, pid, listenerUid] = new RegExp(`^${name} (\\d+|none)(?: (\\d+))?$`, "m").exec(run.stdout ?? "") ?? [];
+  if (pid === undefined) return undefined;
+  return pid === "none" ? "none" : { pid: Number(pid), uid: Number(listenerUid) };
 }
 
 function closeHold(server: net.Server): Promise<void> {
@@ -214,7 +246,7 @@ export class SessionUserPool {
     const withObjects = this.#contained ? new Set<number>() : uidsWithSystemVObjects(this.range);
     for (const uid of new Set([...withProcesses.keys(), ...withObjects])) {
       if (this.#held.has(uid)) continue;
-      const server = await tryHold(uid);
+      const server = (await tryHold(uid)) ?? (await this.#takeBackFromSession(uid));
       if (server === undefined) continue; // another sandbox's running session
       // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
       // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
@@ -265,6 +297,44 @@ export class SessionUserPool {
     const left = await removeUidLeftovers(user);
     if (left !== undefined)
       this.#logger.warn({ uid: user.uid, left }, "could not remove all a session uid left in the node's shared places");
+  }
+
+  /**
+   * The hold of `uid`, when a session's process took it rather than a sandbox: a process that outlived its killed
+   * sandbox can bind its own uid's name (any abstract name is open to it), and would then be passed over as another
+   * sandbox's running session by every start after, alive for good. A hold whose listener runs under a uid of the
+   * range, or that nobody listens on (twice, 50 ms apart: a sandbox binds and listens at once), is a session's: the
+   * listener and the uid's processes are killed, and the hold taken. Undefined: a sandbox holds it (or, after
+   * that, it could not be taken: logged).
+   */
+  async #takeBackFromSession(uid: number): Promise<net.Server | undefined> {
+    const { base, count } = this.range;
+    const inRange = (id: number): boolean => id >= base && id < base + count;
+    let listener = holdListener(uid);
+    if (listener === "none") {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      listener = holdListener(uid);
+    }
+    if (listener === undefined || (listener !== "none" && !inRange(listener.uid))) return undefined;
+    this.#logger.warn(
+      { uid, holder: listener === "none" ? "bound, not listening" : listener },
+      "a session's process held its uid's hold, to outlive its sandbox: killing it and the uid's processes",
+    );
+    if (listener !== "none") {
+      try {
+        process.kill(listener.pid, "SIGKILL");
+      } catch {
+        // gone already
+      }
+    }
+    await this.killAll({ uid, gid: uid });
+    for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
+      const server = await tryHold(uid);
+      if (server !== undefined) return server;
+      await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
+    }
+    this.#logger.warn({ uid }, "a session uid's hold is still held by a process that is no sandbox's: uid left alone");
+    return undefined;
   }
 
   /** @internal Called by the last lease of a holding. */

@@ -3,7 +3,7 @@
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import net from "node:net";
 import { describe, it } from "node:test";
 import { createLogger } from "@oz0/serving";
@@ -51,6 +51,41 @@ function processAs(uid: number): number {
   });
   child.unref();
   return child.pid!;
+}
+
+/** A process running as `uid` that binds the abstract socket `name` (and listens on it, or not), as a leftover could. */
+function holderAs(uid: number, name: string, listen: boolean): number {
+  const program = `import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(${JSON.stringify(name)})\n${listen ? "s.listen()\n" : ""}time.sleep(600)`;
+  const child = spawn(
+    findSetpriv()!,
+    [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/python3", "-c", program],
+    {
+      detached: true,
+      stdio: "ignore",
+    },
+  );
+  child.unref();
+  return child.pid!;
+}
+
+/** Whether `pid` holds the Unix socket named `path` in /proc/net/unix (an abstract one starts with @). */
+function holds(pid: number, path: string): boolean {
+  try {
+    const inodes = readFileSync("/proc/net/unix", "utf8")
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/))
+      .filter((fields) => fields[7] === path)
+      .map((fields) => fields[6]);
+    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      try {
+        return inodes.some((inode) => readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`);
+      } catch {
+        return false;
+      }
+    });
+  } catch {
+    return false;
+  }
 }
 
 /** A process running as `uid` in a PID namespace of its own, as a kept bubblewrap session's do; its pid on the node. */
@@ -142,6 +177,25 @@ void describe("session uids", { skip }, () => {
     await running.release();
     await until(() => !processAlive(alive), "its own sandbox killed it when it gave the uid back");
   });
+
+  // A process that outlived its killed sandbox binds its own uid's hold (any abstract name is open to it), to be passed
+  // over as another sandbox's running session by every start after: alive for good.
+  for (const listening of [true, false])
+    void it(`kills a leftover that holds its own uid's hold (${listening ? "listening" : "bound, not listening"}), and takes the uid back`, async () => {
+      const uid = BASE + (listening ? 1 : 2);
+      const squatter = holderAs(uid, `\0oz0-sandbox-session-uid-${uid}`, listening);
+      try {
+        await until(() => holds(squatter, `@oz0-sandbox-session-uid-${uid}`), "the leftover holds its uid's hold");
+        const pool = new SessionUserPool({ range: { base: uid, count: 1 }, logger });
+        assert.equal(await pool.clearLeftovers(), 1);
+        await until(() => !processAlive(squatter), "the leftover was killed");
+        const lease = await pool.acquire();
+        assert.equal(lease.uid, uid, "the uid is the sandbox's to hand out again");
+        await lease.release();
+      } finally {
+        if (processAlive(squatter)) process.kill(squatter, "SIGKILL");
+      }
+    });
 
   void it("kills a leftover of a uid that holds the uid's kept name itself: no kept session runs in the sandbox's PID namespace", async () => {
     // A user-mode session can bind any abstract name, its own uid's kept one too, hoping to outlive its sandbox.
