@@ -137,8 +137,16 @@ void test("a plugin from a folder closed to other users is installed readable by
     "notes.md": "644",
     "prompts/p.md": "644",
   };
+  // The folders above the copy, made with the services' umask of 077, as a stack's plugins folder is.
+  for (const folder of [path.join(home, "plugins"), path.join(home, "plugins", "closed")]) {
+    mkdirSync(folder, { recursive: true });
+    chmodSync(folder, 0o700);
+  }
   await registry.install({ source: dir });
   assert.deepEqual(modes(copyOf()), open);
+  // A session of the user mode reaches its copy by its path: passable, not listable.
+  for (const folder of [path.join(home, "plugins"), path.join(home, "plugins", "closed")])
+    assert.equal((statSync(folder).mode & 0o777).toString(8), "711", folder);
   // A copy an earlier version installed kept its source's modes: installing the same plugin again opens it.
   chmodSync(copyOf(), 0o700);
   chmodSync(path.join(copyOf(), "notes.md"), 0o600);

@@ -462,6 +462,7 @@ export class SandboxSession {
       launcher = sessionUserLauncher({
         setprivPath: isolation.setprivPath,
         user,
+        pluginDir: start.pluginDir,
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
         processLimit: this.#options.processLimit,
         syscallFilter: isolation.syscallFilter,

@@ -95,6 +95,8 @@ export function assertReachableBy(
 export function sessionUserLauncher(options: {
   setprivPath: string;
   user: SessionUser;
+  /** The folder of the plugin the harness comes from, which the uid must reach as well as the command. */
+  pluginDir?: string | undefined;
   killAll?: () => Promise<void>;
   /** At most this many processes and threads of the session's uid at once (session-process-limit.ts). */
   processLimit?: SessionProcessLimit | undefined;
@@ -110,6 +112,8 @@ export function sessionUserLauncher(options: {
       // A command that cannot run is started as is, so the host reports spawn_failed rather than setpriv's exit code.
       if (found === undefined) return inner.launch(spec);
       assertReachableBy(found, { what: "the harness command", uid: options.user.uid, execute: true });
+      if (options.pluginDir)
+        assertReachableBy(options.pluginDir, { what: "the plugin folder", uid: options.user.uid, execute: true });
       const launched = inner.launch({
         ...spec,
         // The limit is set while root, before setpriv changes the uid: from its exec on, a process of the uid can

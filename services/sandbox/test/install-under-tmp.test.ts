@@ -120,3 +120,36 @@ void it("refuses a harness its session's own uid could not read, naming the fold
     rmSync(closed, { recursive: true, force: true });
   }
 });
+
+// In the user mode the uid reaches the plugin by its path (no bind, as under bubblewrap): a plugin beneath a folder
+// other users cannot pass (the data directory's plugins folder once was, 0700) is refused by name, not left to fail
+// as a harness whose module is not found.
+void it(
+  "refuses, in the user mode, a plugin folder its session's own uid could not reach, naming the folder in the way",
+  { skip: process.getuid?.() !== 0 && "the user mode needs root" },
+  async () => {
+    const closed = mkdtempSync(path.join(os.tmpdir(), "oz0-closed-plugins-"));
+    const plugin = path.join(closed, "example", "0123456789abcdef");
+    mkdirSync(plugin, { recursive: true });
+    chmodSync(plugin, 0o755);
+    const user = await startTestSandbox({ isolation: "user" });
+    try {
+      const stream = await runToEnd(user.client, scenarioStart({ mode: "complete" }, { pluginDir: plugin }));
+      assert.equal(stream.exited().status, SessionStatus.FAILED);
+      assert.match(
+        stream.exited().errorMessage,
+        new RegExp(
+          `the plugin folder ${plugin} cannot be reached by the session's own uid \\d+: ${closed} \\(mode 0700\\) does not let other users through`,
+        ),
+      );
+      // Passable, as the orchestrator's plugin registry leaves its folders: the session runs.
+      chmodSync(closed, 0o711);
+      chmodSync(path.dirname(plugin), 0o711);
+      const passable = await runToEnd(user.client, scenarioStart({ mode: "complete" }, { pluginDir: plugin }));
+      assert.equal(passable.exited().status, SessionStatus.COMPLETED, passable.exited().errorMessage);
+    } finally {
+      await user.close();
+      rmSync(closed, { recursive: true, force: true });
+    }
+  },
+);

@@ -81,9 +81,21 @@ function refuseEscapingLinks(root: string): void {
 /**
  * Makes a plugin's copy readable by every user (`chmod -R a+rX,go-w`, links left as they are): a sandbox running as
  * root runs each session under a uid of its own, which reads the plugin's folder as any other user of the node
- * does, and a copy of a folder made 0700 (mkdtemp, a umask of 077) would be refused. The data directory above it
- * stays closed to other users of the node; no mode is part of the copy's hash.
+ * does, and a copy of a folder made 0700 (mkdtemp, a umask of 077) would be refused. No mode is part of the copy's
+ * hash. The folders above it, up to the data directory, are passable and not listable (passableToSessions).
  */
+/**
+ * Lets other users pass through `dirs` (o+x) without listing them: in the `user` mode a session's uid reaches its
+ * plugin's copy by its path, not under a bind as under bubblewrap, through `<home>/plugins/<name>` (made 0700 by the
+ * services' umask). It learns no other plugin's path from them.
+ */
+function passableToSessions(dirs: readonly string[]): void {
+  for (const dir of dirs) {
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o111) !== 0o111) chmodSync(dir, mode | 0o111);
+  }
+}
+
 function openToSessions(root: string): void {
   const open = (file: string, stats: Stats): void => {
     const execute = stats.isDirectory() || (stats.mode & 0o100) !== 0 ? 0o111 : 0;
@@ -232,6 +244,7 @@ export class PluginRegistry {
       }
       // Also a copy an earlier version installed, which kept its source's modes.
       openToSessions(finalDir);
+      passableToSessions([this.#pluginsDir, path.dirname(finalDir)]);
       // Every copy of this plugin uses the dependencies of the source installed last, the older ones too: an agent
       // version whose harness did not change keeps running its copy, and a stack binds its own installation's
       // node_modules into sessions, not the one another checkout installed that copy from (the demo, run from a
