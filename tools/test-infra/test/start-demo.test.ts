@@ -1,11 +1,12 @@
 // `npm start`'s demo as a new user runs it (after `npm run build`), with a
 // fresh data directory and no provider key: on Claude Code by default, and on
-// the fake harness with OZ0_DEMO_HARNESS=fake. Each run must end with the
+// the fake harness with OZ0_DEMO_HARNESS=fake, and in the sandbox's `user`
+// mode (a root node without bubblewrap). Each run must end with the
 // job's patch making the dates project's test pass on a fresh copy, and
 // nothing left in the temporary folder the demo was given.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -18,12 +19,17 @@ interface DemoRun {
   code: number;
   out: string;
   leftInTmp: string[];
+  /** The isolation mode the stack's sandbox ran sessions in: its start-up line's `isolation` field. */
+  isolation: string | undefined;
   /** What the printed console link's page answered, fetched while the demo ran. */
   consolePage: Promise<{ status: number; contentType: string } | undefined>;
 }
 
-function runDemo(harness: string | undefined): Promise<DemoRun> {
+function runDemo(options: { harness?: string; isolation?: "user" } = {}): Promise<DemoRun> {
+  const { harness, isolation } = options;
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-test-"));
+  // Sessions under uids of their own pass through the data directory to their working directories.
+  if (isolation === "user") chmodSync(home, 0o755);
   const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-tmp-"));
   const env: NodeJS.ProcessEnv = { ...process.env, OZ0_HOME: home, TMPDIR: tmp };
   // Offline, as a user without a key: the scripted model answers.
@@ -34,6 +40,8 @@ function runDemo(harness: string | undefined): Promise<DemoRun> {
   delete env["NODE_TEST_CONTEXT"];
   if (harness) env["OZ0_DEMO_HARNESS"] = harness;
   else delete env["OZ0_DEMO_HARNESS"];
+  if (isolation) env["OZ0_ISOLATION"] = isolation;
+  else delete env["OZ0_ISOLATION"];
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [startDemo], { cwd: repoRoot, env, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
@@ -52,16 +60,23 @@ function runDemo(harness: string | undefined): Promise<DemoRun> {
     });
     child.stderr.on("data", (d: Buffer) => (out += d.toString()));
     child.on("exit", (code) => {
+      let isolation: string | undefined;
+      try {
+        const log = readFileSync(path.join(home, "logs", "sandbox.log"), "utf8");
+        isolation = /"isolation":"(\w+)"/.exec(log)?.[1];
+      } catch {
+        // no sandbox started
+      }
       if (!process.env["OZ0_KEEP_TEST_HOME"]) rmSync(home, { recursive: true, force: true });
       const leftInTmp = readdirSync(tmp);
       rmSync(tmp, { recursive: true, force: true });
-      resolve({ code: code ?? 1, out, leftInTmp, consolePage });
+      resolve({ code: code ?? 1, out, leftInTmp, isolation, consolePage });
     });
   });
 }
 
 void test("npm start runs claude-fixer on Claude Code with the scripted model, and the patched test passes", async () => {
-  const { code, out, leftInTmp, consolePage } = await runDemo(undefined);
+  const { code, out, leftInTmp, consolePage } = await runDemo();
   assert.equal(code, 0, out);
   assert.deepEqual(leftInTmp, [], "npm start left these in its temporary folder");
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script-claude\.json/);
@@ -82,7 +97,7 @@ void test("npm start runs claude-fixer on Claude Code with the scripted model, a
 });
 
 void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the patched test passes", async () => {
-  const { code, out, leftInTmp } = await runDemo("fake");
+  const { code, out, leftInTmp } = await runDemo({ harness: "fake" });
   assert.equal(code, 0, out);
   assert.deepEqual(leftInTmp, [], "npm start left these in its temporary folder");
   assert.match(out, /the SCRIPTED model \(no ANTHROPIC_API_KEY set\).*demo-script\.json/);
@@ -94,7 +109,21 @@ void test("OZ0_DEMO_HARNESS=fake runs the fake-harness fixer instead, and the pa
 });
 
 void test("an unknown OZ0_DEMO_HARNESS is refused with a usage error", async () => {
-  const { code, out } = await runDemo("bogus");
+  const { code, out } = await runDemo({ harness: "bogus" });
   assert.equal(code, 2, out);
   assert.match(out, /OZ0_DEMO_HARNESS must be "claude" \(the default\) or "fake"/);
 });
+
+// Where bubblewrap cannot run, a root node runs sessions under uids of their own, on the node's file system: the
+// harness plugin's copy in the data directory must be theirs to reach (it once was not: MODULE_NOT_FOUND).
+void test(
+  "npm start in the user mode (OZ0_ISOLATION=user) runs claude-fixer on Claude Code, and the patched test passes",
+  { skip: process.getuid?.() !== 0 && "the user mode needs root" },
+  async () => {
+    const { code, out, isolation } = await runDemo({ isolation: "user" });
+    assert.equal(code, 0, out);
+    assert.equal(isolation, "user");
+    assert.match(out, /result \(completed, 4 turns\)/);
+    assert.match(out.slice(out.indexOf("$ node --test   (in a fresh copy")), /^[#ℹ] pass 2\n[#ℹ] fail 0$/m);
+  },
+);
