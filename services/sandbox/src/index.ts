@@ -358,13 +358,15 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   });
   server.health.setStatus(ISOLATION_HEALTH_SERVICE, useBwrap ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
   if (listenPorts.fields?.sessionListenPorts === "ephemeral") {
+    const rangeStart = ephemeralRangeStart();
     const exposed = servicePortsInEphemeralRange({
       own: server.port,
       peers: [config.eventsUrl, ...(config.orchestratorUrls ?? [])],
+      rangeStart,
     });
     if (exposed.length > 0)
       logger.warn(
-        { portsInEphemeralRange: exposed, ephemeralRangeStart: ephemeralRangeStart() },
+        { portsInEphemeralRange: exposed, ephemeralRangeStart: rangeStart },
         "service ports of this node lie in the kernel's ephemeral range: while such a service is down, a user-mode session binding port 0 may be handed its port and be sent its callers' credentials; give the services ports below the range (see the sandbox README's The user mode)",
       );
   }

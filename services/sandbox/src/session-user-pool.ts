@@ -15,6 +15,7 @@
 // runs is killed, so a uid never carries one session's processes into another's.
 import { spawnSync } from "node:child_process";
 import { randomInt } from "node:crypto";
+import { readFileSync } from "node:fs";
 import net from "node:net";
 import type { Logger } from "@oz0/serving";
 import type { SessionUidRange } from "./sandbox-config.js";
@@ -60,12 +61,15 @@ function tryHold(uid: number, name = holdName(uid)): Promise<net.Server | undefi
 /**
  * Perl connects to each abstract name given and prints "<name> <pid> <uid>" of the process that listens on it
  * (SO_PEERCRED: the listener's credentials, whoever now holds its descriptor), or "<name> none" when nothing
- * listens (refused: bound without listening, or free). Node cannot read SO_PEERCRED. SOL_SOCKET 1 and SO_PEERCRED
- * 17 are x86-64's and arm64's; struct ucred is { pid_t, uid_t, gid_t }.
+ * listens (refused: bound without listening, or free) or its backlog is full (a sandbox's hold accepts at once; a
+ * listener that never accepts would otherwise hold the connect, and the sandbox's start, until the timeout). Node
+ * cannot read SO_PEERCRED. SOL_SOCKET 1, SO_PEERCRED 17, F_SETFL 4 and O_NONBLOCK 04000 are x86-64's and arm64's;
+ * struct ucred is { pid_t, uid_t, gid_t }.
  */
 const HOLD_LISTENERS = String.raw`
 for my $name (@ARGV) {
   socket(my $s, 1, 1, 0) or die "socket: $!";
+  fcntl($s, 4, 04000) or die "fcntl: $!";
   if (!connect($s, pack("S a*", 1, "\0$name"))) { print "$name none\n"; next }
   my ($pid, $uid) = unpack("lL", getsockopt($s, 1, 17) // "");
   print defined $uid ? "$name $pid $uid\n" : "$name none\n";
@@ -85,6 +89,16 @@ function holdListener(uid: number): { pid: number; uid: number } | "none" | unde
   const [, pid, listenerUid] = new RegExp(`^${name} (\\d+|none)(?: (\\d+))?$`, "m").exec(run.stdout ?? "") ?? [];
   if (pid === undefined) return undefined;
   return pid === "none" ? "none" : { pid: Number(pid), uid: Number(listenerUid) };
+}
+
+/** The real uid `pid` runs under now; undefined when it is gone. */
+function uidOf(pid: number): number | undefined {
+  try {
+    const uid = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+    return uid === undefined ? undefined : Number(uid);
+  } catch {
+    return undefined;
+  }
 }
 
 function closeHold(server: net.Server): Promise<void> {
@@ -320,7 +334,8 @@ export class SessionUserPool {
       { uid, holder: listener === "none" ? "bound, not listening" : listener },
       "a session's process held its uid's hold, to outlive its sandbox: killing it and the uid's processes",
     );
-    if (listener !== "none") {
+    // The listener's pid is as it was at listen(): killed only while a process of that uid still has it.
+    if (listener !== "none" && uidOf(listener.pid) === listener.uid) {
       try {
         process.kill(listener.pid, "SIGKILL");
       } catch {

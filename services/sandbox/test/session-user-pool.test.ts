@@ -53,9 +53,17 @@ function processAs(uid: number): number {
   return child.pid!;
 }
 
-/** A process running as `uid` that binds the abstract socket `name` (and listens on it, or not), as a leftover could. */
-function holderAs(uid: number, name: string, listen: boolean): number {
-  const program = `import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(${JSON.stringify(name)})\n${listen ? "s.listen()\n" : ""}time.sleep(600)`;
+/**
+ * A process running as `uid` that binds the abstract socket `name`, as a leftover could: and listens on it, or not,
+ * or listens with its backlog filled by its own connections, never accepting.
+ */
+function holderAs(uid: number, name: string, how: "listening" | "bound" | "full"): number {
+  const listen = { listening: "s.listen()\n", bound: "", full: "s.listen(0)\n" }[how];
+  const fill =
+    how === "full"
+      ? `cs = [socket.socket(socket.AF_UNIX) for _ in range(3)]\nfor c in cs:\n  c.setblocking(False)\n  try: c.connect(${JSON.stringify(name)})\n  except OSError: pass\n`
+      : "";
+  const program = `import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(${JSON.stringify(name)})\n${listen}${fill}time.sleep(600)`;
   const child = spawn(
     findSetpriv()!,
     [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/python3", "-c", program],
@@ -180,10 +188,15 @@ void describe("session uids", { skip }, () => {
 
   // A process that outlived its killed sandbox binds its own uid's hold (any abstract name is open to it), to be passed
   // over as another sandbox's running session by every start after: alive for good.
-  for (const listening of [true, false])
-    void it(`kills a leftover that holds its own uid's hold (${listening ? "listening" : "bound, not listening"}), and takes the uid back`, async () => {
-      const uid = BASE + (listening ? 1 : 2);
-      const squatter = holderAs(uid, `\0oz0-sandbox-session-uid-${uid}`, listening);
+  // One whose backlog is full, never accepting, would hold a blocking connect (and the sandbox's start).
+  for (const [offset, how] of [
+    [1, "listening"],
+    [2, "bound"],
+    [3, "full"],
+  ] as const)
+    void it(`kills a leftover that holds its own uid's hold (${how}), and takes the uid back`, async () => {
+      const uid = BASE + offset;
+      const squatter = holderAs(uid, `\0oz0-sandbox-session-uid-${uid}`, how);
       try {
         await until(() => holds(squatter, `@oz0-sandbox-session-uid-${uid}`), "the leftover holds its uid's hold");
         const pool = new SessionUserPool({ range: { base: uid, count: 1 }, logger });

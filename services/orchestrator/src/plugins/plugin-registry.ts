@@ -84,18 +84,6 @@ function refuseEscapingLinks(root: string): void {
  * does, and a copy of a folder made 0700 (mkdtemp, a umask of 077) would be refused. No mode is part of the copy's
  * hash. The folders above it, up to the data directory, are passable and not listable (passableToSessions).
  */
-/**
- * Lets other users pass through `dirs` (o+x) without listing them: in the `user` mode a session's uid reaches its
- * plugin's copy by its path, not under a bind as under bubblewrap, through `<home>/plugins/<name>` (made 0700 by the
- * services' umask). It learns no other plugin's path from them.
- */
-function passableToSessions(dirs: readonly string[]): void {
-  for (const dir of dirs) {
-    const mode = statSync(dir).mode & 0o7777;
-    if ((mode & 0o111) !== 0o111) chmodSync(dir, mode | 0o111);
-  }
-}
-
 function openToSessions(root: string): void {
   const open = (file: string, stats: Stats): void => {
     const execute = stats.isDirectory() || (stats.mode & 0o100) !== 0 ? 0o111 : 0;
@@ -111,6 +99,18 @@ function openToSessions(root: string): void {
     }
   };
   walk(root);
+}
+
+/**
+ * Lets other users pass through `dirs` (o+x) without listing them: in the `user` mode a session's uid reaches its
+ * plugin's copy by its path, not under a bind as under bubblewrap, through `<home>/plugins/<name>` (made 0700 by the
+ * services' umask). It learns no other plugin's path from them.
+ */
+function passableToSessions(dirs: readonly string[]): void {
+  for (const dir of dirs) {
+    const mode = statSync(dir).mode & 0o7777;
+    if ((mode & 0o111) !== 0o111) chmodSync(dir, mode | 0o111);
+  }
 }
 
 /** sha256 over every file's relative path and content, and every link's target (the .git folder excluded). */
