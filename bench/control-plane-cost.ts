@@ -21,7 +21,7 @@
 // the samples taken while its jobs ran, and those samples as a .cpuprofile
 // beside the whole one (start-up and shutdown cut off), which a flame graph
 // opens (Chrome DevTools' Performance panel, speedscope.app).
-//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--warmup-jobs 300] [--harness-runs 5] [--idle-ms 3000] [--profile-jobs 30] [--profile-dir DIR] [--kafka]
+//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--warmup-jobs 300] [--harness-runs 5] [--idle-ms 3000] [--profile-jobs 30] [--profile-dir DIR] [--data-root DIR] [--kafka]
 // --warmup-jobs: jobs each stack runs before it is measured or profiled. A
 // service's first few hundred jobs cost it about twice what later ones do (V8
 // compiles its hot code as it goes), so the rounds measure services that run
@@ -35,6 +35,9 @@
 // its keeper and entry, bubblewrap) by command name; the services' top
 // symbols and system calls, and folded stacks for a flame graph in
 // --profile-dir.
+// --data-root: where the stacks' data directories go (default ~/.cache/oz0-bench):
+// outside /tmp, as a deployment's are (a session's /tmp is its own folder, and
+// bwrap makes mount points in it for each bound path under the host's /tmp).
 // --kafka: the events service relays to Kafka (KAFKA_BROKERS when set, else a
 // broker started with @oz0/test-infra); without it, the embedded default, the
 // local log only.
@@ -94,6 +97,7 @@ const options = benchOptions({
   "idle-ms": { type: "number", default: 3000 },
   "profile-jobs": { type: "number", default: 30 },
   "profile-dir": { type: "string" },
+  "data-root": { type: "string" },
   kafka: { type: "boolean" },
   perf: { type: "boolean" },
 });
@@ -122,7 +126,12 @@ if (options.perf) {
 const report = startReport("control-plane-cost");
 
 const ticks = ticksPerSecond();
-const root = mkdtempSync(path.join(os.tmpdir(), "oz0-bench-cp-cost-"));
+// Outside /tmp by default, as a deployment's data directory is (~/.oz0, a volume): a session's /tmp is a folder of
+// its own, so bwrap makes a mount point there for each bound path under the host's /tmp (the working directory and
+// the plugin's folder, about ten folders a session), which the sandbox then removes.
+const dataRoot = options["data-root"] ?? path.join(os.homedir(), ".cache", "oz0-bench");
+mkdirSync(dataRoot, { recursive: true });
+const root = mkdtempSync(path.join(dataRoot, "cp-cost-"));
 const profileDir =
   options["profile-dir"] ??
   path.join(os.tmpdir(), `oz0-control-plane-profiles-${new Date().toISOString().replace(/[:.]/g, "-")}`);
