@@ -21,7 +21,7 @@ import { consoleDirectory, consoleFiles, consoleOidcLogin } from "./console/cons
 import { ConsoleLogin } from "./console/console-login.js";
 import { loginService } from "./rpc/login-service.js";
 import { HookStage } from "./policy/hook-stage.js";
-import { chooseHookIsolation, type HookIsolationSetting } from "./policy/hook-isolation.js";
+import { chooseHookIsolation, hookIsolationGaps, type HookIsolationSetting } from "./policy/hook-isolation.js";
 import { PermissionPolicy } from "./policy/permission-policy.js";
 import { PluginRegistry } from "./plugins/plugin-registry.js";
 import { SandboxClient } from "./sessions/sandbox-client.js";
@@ -158,6 +158,8 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       { reason: hookIsolation.reason },
       "plugins' command hooks run in a Landlock domain: the host's files beyond the system's and their plugin's are walled off",
     );
+  const hookGaps = hookIsolation.isolation ? hookIsolationGaps(hookIsolation.isolation) : [];
+  if (hookGaps.length > 0) logger.warn({ gaps: hookGaps }, "plugins' command hooks are isolated with guards missing");
   for (const [name, value] of [
     ["OZ0_LEASE_TTL_MS", config.leaseTtlMs],
     ["OZ0_NODE_STALE_AFTER_MS", config.nodeStaleAfterMs],

@@ -6,10 +6,11 @@
 // hook did.
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { chooseHookIsolation } from "../src/policy/hook-isolation.js";
+import { chooseHookIsolation, hookIsolationGaps } from "../src/policy/hook-isolation.js";
 import { HookStage } from "../src/policy/hook-stage.js";
 import type { PermissionQuestion } from "../src/policy/permission-policy.js";
 import type { AgentVersionRecord } from "../src/store/job-store.js";
@@ -18,6 +19,16 @@ import type { AgentVersionRecord } from "../src/store/job-store.js";
 const UNSHARE: Partial<Record<NodeJS.Architecture, number>> = { x64: 272, arm64: 97 };
 
 const OWNER_TOKEN = "oz0_owner_planted-token-for-the-hook-isolation-test";
+
+/** A port a server of this process let go, as a service's is while it restarts: the hook tries to listen on it. */
+const FREED_PORT = await new Promise<number>((resolve) => {
+  const server = net.createServer().listen({ port: 0, host: "127.0.0.1" }, () => {
+    const { port } = server.address() as net.AddressInfo;
+    server.close(() => resolve(port));
+  });
+});
+/** IPPROTO_MPTCP: a Multipath TCP listener takes plain TCP connections, and Landlock's port rules do not check it. */
+const IPPROTO_MPTCP = 262;
 /** What a hook tries to write at the root and in /dev: made on the node by the hook without isolation (removed after). */
 const ROOT_PLANTED = `/oz0-hook-planted-${process.pid}`;
 const DEV_PLANTED = `/dev/oz0-hook-planted-${process.pid}`;
@@ -40,11 +51,21 @@ writeFileSync(
   `
 import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 const tryRead = (read) => { try { return String(read()); } catch (error) { return "unreadable: " + error.code; } };
+const listenOn = (port) => new Promise((resolve) => {
+  const server = net.createServer();
+  server.once("error", (error) => resolve("unreadable: " + error.code));
+  server.listen({ port, host: "127.0.0.1" }, () => server.close(() => resolve("listening")));
+});
 readFileSync(0);
 const seen = {
+  freedPort: await listenOn(${FREED_PORT}),
+  kernelPort: await listenOn(0),
+  // A Multipath TCP socket by perl: "made", or the errno's number.
+  mptcp: tryRead(() => execFileSync("perl", ["-e", 'print socket(my $s, 2, 1, ${IPPROTO_MPTCP}) ? "made" : $! + 0']).toString()),
   credential: tryRead(() => readFileSync("../../../credentials/owner")),
   home: tryRead(() => readdirSync(${JSON.stringify(home)}).join(",")),
   orchestratorEnv: tryRead(() => readFileSync("/proc/${process.pid}/environ").includes("PATH=")),
@@ -127,7 +148,16 @@ void test("under bubblewrap a command hook reads its plugin's folder, and not th
   assert.match(seen.sysctl!, /^unreadable: EROFS$/);
   // The sandbox's seccomp filter for sessions: no user namespace of its own (bwrap --seccomp).
   assert.equal(seen.userNamespace, String(os.constants.errno.EPERM));
+  assertKeptOffFixedPorts(seen);
+  assert.deepEqual(hookIsolationGaps(isolation), [], "this kernel has Landlock's port rules and seccomp");
 });
+
+/** On the host's network, it listens only where the kernel picks, and makes no Multipath TCP socket, which would bypass that. */
+function assertKeptOffFixedPorts(seen: Record<string, string>): void {
+  assert.equal(seen.freedPort, "unreadable: EACCES", "a service's port, freed, is not the hook's to listen on");
+  assert.equal(seen.kernelPort, "listening");
+  assert.equal(seen.mptcp, String(os.constants.errno.EPROTONOSUPPORT));
+}
 
 void test("in a Landlock domain (where bubblewrap cannot run) a command hook reads its plugin's folder, and not the data directory or the orchestrator's environment", async () => {
   const { isolation, reason } = await chooseHookIsolation({ setting: "landlock", dataDir: home });
@@ -145,6 +175,10 @@ void test("in a Landlock domain (where bubblewrap cannot run) a command hook rea
   assert.equal(existsSync(path.join(home, "planted")), false);
   // Scoped signals came with Landlock ABI 6 (Linux 6.12): the kernel here has it.
   assert.match(seen.signalOrchestrator!, /^unreadable: EPERM$/, "no signal leaves the domain");
+  // The sessions' seccomp filter, loaded by perl before the domain.
+  assert.equal(seen.userNamespace, String(os.constants.errno.EPERM));
+  assertKeptOffFixedPorts(seen);
+  assert.deepEqual(hookIsolationGaps(isolation), []);
   assert.deepEqual(
     readdirSync(os.tmpdir()).filter((name) => name.startsWith("oz0-hook-")),
     before,
@@ -158,6 +192,8 @@ void test("without isolation the same hook reads the owner's credential and the 
   assert.equal(seen.userNamespace, "made", "the kernel here lets a process make a user namespace, unfiltered");
   assert.equal(seen.orchestratorEnv, "true");
   assert.equal(seen.signalOrchestrator, "true");
+  assert.equal(seen.freedPort, "listening");
+  assert.equal(seen.mptcp, "made", "the kernel here has Multipath TCP on");
 });
 
 void test("OZ0_HOOK_ISOLATION=none runs hooks unisolated, saying so; auto falls back to Landlock, then to none; bwrap and landlock refuse to start without theirs", async () => {

@@ -71,8 +71,9 @@ export type { RunningHeartbeatSidecar } from "./heartbeat-sidecar.js";
 export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS, spawnReading } from "./bubblewrap-launcher.js";
 export { PROC_READ_ONLY } from "./bubblewrap-mounts.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
-export { detectLandlock, walledCommand } from "./landlock-launcher.js";
-export { sessionSyscallFilter } from "./syscall-filter.js";
+export { detectLandlock, detectListenPortsDomain, listenPortsCommand, walledCommand } from "./landlock-launcher.js";
+export { detectUserModeSyscallFilter, filteredCommand, sessionSyscallFilter } from "./syscall-filter.js";
+export type { UserModeSyscallFilter } from "./syscall-filter.js";
 export type { Landlock } from "./landlock-launcher.js";
 export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "@oz0/harness/host";
 

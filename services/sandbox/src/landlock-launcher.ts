@@ -40,6 +40,16 @@ print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
 exit 127;
 `;
 
+/** Rules on TCP ports came with Landlock ABI 4; the programs below read the kernel's into $abi. */
+const NEED_NETWORK_RULES = String.raw`$abi >= 4 or fail("the kernel's Landlock is ABI $abi; rules on TCP ports need ABI 4 (Linux 6.7+)");`;
+
+/**
+ * The one network rule: TCP sockets may bind port 0 (a LANDLOCK_RULE_NET_PORT rule, 2: { allowed_access, port }, both
+ * 64 bits). In a variable: perl folds a pack of constants into a read-only value, which syscall refuses to pass.
+ */
+const ALLOW_PORT_ZERO = String.raw`my $rule = pack("QQ", 1, 0);
+syscall(445, $ruleset, 2, $rule, 0) == 0 or fail("landlock_add_rule(port 0) failed: $!");`;
+
 /** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
 const ENTER_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $attr = pack("Q", 1 << 11);
@@ -58,12 +68,17 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
  * read-only ones and the program's own /proc/<pid> (opened as /proc/self
  * before the exec, which keeps the pid), all of them beneath the writable
  * ones. From ABI 6 (Linux 6.12) it is also scoped: no signal to, and no
- * abstract Unix socket of, a process outside it. The network is not walled.
+ * abstract Unix socket of, a process outside it. The network is not walled,
+ * but for one rule when the argument after the syscall numbers is 1 (ABI 4,
+ * Linux 6.7+): TCP sockets bind port 0 alone, as in
+ * ENTER_LISTEN_PORTS_DOMAIN below, so the program listens only where the
+ * kernel picks, never on a stopped service's port (session-listen-ports.ts).
  * A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try.
  * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
  * arm64, the two architectures LINUX_SYSCALLS (@oz0/harness/host) knows.
  */
 const ENTER_WALLED_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+my $kernel_ports_only = shift @ARGV;
 my $count = shift @ARGV;
 my @read_only = splice(@ARGV, 0, $count);
 $count = shift @ARGV;
@@ -74,9 +89,15 @@ my $fs = (1 << 13) - 1;
 $fs |= 1 << 13 if $abi >= 2;
 $fs |= 1 << 14 if $abi >= 3;
 $fs |= 1 << 15 if $abi >= 5;
-my $attr = $abi >= 6 ? pack("QQQ", $fs, 0, 3) : pack("Q", $fs);
+my $net = 0;
+if ($kernel_ports_only) {
+  ${NEED_NETWORK_RULES}
+  $net = 1;
+}
+my $attr = $abi >= 6 ? pack("QQQ", $fs, $net, 3) : $net ? pack("QQ", $fs, $net) : pack("Q", $fs);
 my $ruleset = syscall(444, $attr, length($attr), 0);
 $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
+if ($net) { ${ALLOW_PORT_ZERO} }
 my $file_rights = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15);
 sub allow {
   my ($path, $rights) = @_;
@@ -100,12 +121,11 @@ allow($_, $fs) for @writable;
 const ENTER_LISTEN_PORTS_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $abi = syscall(444, 0, 0, 1);
 $abi >= 1 or fail("the kernel has no Landlock: $!");
-$abi >= 4 or fail("the kernel's Landlock is ABI $abi; rules on TCP ports need ABI 4 (Linux 6.7+)");
+${NEED_NETWORK_RULES}
 my $attr = pack("QQ", 0, 1);
 my $ruleset = syscall(444, $attr, length($attr), 0);
 $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
-my $rule = pack("QQ", 1, 0);
-syscall(445, $ruleset, 2, $rule, 0) == 0 or fail("landlock_add_rule(port 0) failed: $!");
+${ALLOW_PORT_ZERO}
 `}${ENTER_AND_EXEC}`;
 
 /** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
@@ -182,13 +202,20 @@ export function landlockLauncher(options: { inner: HarnessLauncher; landlock: La
  */
 export function walledCommand(
   landlock: Landlock,
-  options: { readOnly: readonly string[]; writable: readonly string[]; command: readonly string[] },
+  options: {
+    readOnly: readonly string[];
+    writable: readonly string[];
+    /** TCP sockets may bind port 0 alone (detectListenPortsDomain says whether the kernel can). */
+    kernelPortsOnly?: boolean;
+    command: readonly string[];
+  },
 ): string[] {
   return [
     landlock.perlPath,
     "-e",
     ENTER_WALLED_DOMAIN,
     ...numbers(landlock.syscalls),
+    options.kernelPortsOnly === true ? "1" : "0",
     String(options.readOnly.length),
     ...options.readOnly,
     String(options.writable.length),

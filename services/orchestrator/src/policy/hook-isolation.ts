@@ -12,7 +12,12 @@
 // (a Kubernetes pod, which may not make user namespaces), a Landlock domain
 // leaves the host's file system in place but walls the hook in: it may open
 // nothing beneath any other path (the host's /proc included), ptrace no
-// process outside, and from Linux 6.12 signal none.
+// process outside, and from Linux 6.12 signal none. Sharing the host's network,
+// a hook (or what it leaves running) could listen on a stopped service's port
+// and be sent its callers' bearer credentials: where the kernel's Landlock has
+// rules on ports (Linux 6.7+) hooks listen only where the kernel picks, as the
+// sandbox's user-mode sessions do, and under the sessions' seccomp filter
+// either way, which refuses the Multipath TCP sockets those rules miss.
 import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -20,22 +25,36 @@ import {
   DEFAULT_READ_ONLY_PATHS,
   detectBubblewrap,
   detectLandlock,
+  detectListenPortsDomain,
+  detectUserModeSyscallFilter,
+  filteredCommand,
+  listenPortsCommand,
   PROC_READ_ONLY,
   walledCommand,
   type Landlock,
+  type UserModeSyscallFilter,
 } from "@oz0/sandbox";
 import { isWithin } from "../path-within.js";
 
 /** How command hooks run; either way `dataDir`, the orchestrator's data directory (OZ0_HOME), is out of their reach. */
-export type HookIsolation =
+export type HookIsolation = (
   | {
       kind: "bwrap";
       bwrapPath: string;
-      dataDir: string;
       /** The sandbox's seccomp program for sessions (@oz0/sandbox's syscall-filter.ts), when bwrap loaded it. */
       syscallFilter?: string | undefined;
     }
-  | { kind: "landlock"; landlock: Landlock; dataDir: string };
+  | {
+      kind: "landlock";
+      landlock: Landlock;
+      /** The same program, loaded by perl before the domain is entered, when that works here. */
+      syscallFilter?: UserModeSyscallFilter | undefined;
+    }
+) & {
+  dataDir: string;
+  /** Where the kernel can keep hooks listening on ports it picks: the perl that enters such a domain. */
+  kernelPorts?: Landlock | undefined;
+};
 
 /**
  * OZ0_HOOK_ISOLATION: `auto` isolates under bubblewrap where it works, else
@@ -60,11 +79,15 @@ export async function chooseHookIsolation(options: {
 }): Promise<{ isolation?: HookIsolation; reason?: string }> {
   const { setting, dataDir } = options;
   if (setting === "none") return { reason: "OZ0_HOOK_ISOLATION=none" };
+  const perl = options.perlPath !== undefined ? { perlPath: options.perlPath } : {};
+  const kernelPorts = detectListenPortsDomain(perl).landlock;
   let bwrapReason: string | undefined;
   if (setting !== "landlock") {
     const found = await detectBubblewrap(options.bwrapPath !== undefined ? { bwrapPath: options.bwrapPath } : {});
     if (found.available && found.path)
-      return { isolation: { kind: "bwrap", bwrapPath: found.path, dataDir, syscallFilter: found.syscallFilter } };
+      return {
+        isolation: { kind: "bwrap", bwrapPath: found.path, dataDir, syscallFilter: found.syscallFilter, kernelPorts },
+      };
     bwrapReason = `bubblewrap cannot run here: ${found.reason ?? "not found"}`;
     if (setting === "bwrap")
       throw new Error(
@@ -72,7 +95,11 @@ export async function chooseHookIsolation(options: {
       );
   }
   const landlock = landlockFor(dataDir, options.perlPath);
-  if (landlock.isolation) return { isolation: landlock.isolation, ...(bwrapReason ? { reason: bwrapReason } : {}) };
+  if (landlock.isolation)
+    return {
+      isolation: { ...landlock.isolation, kernelPorts },
+      ...(bwrapReason ? { reason: bwrapReason } : {}),
+    };
   if (setting === "landlock")
     throw new Error(
       `OZ0_HOOK_ISOLATION=landlock, but ${landlock.reason}; use a kernel with Landlock (Linux 5.13+), or set OZ0_HOOK_ISOLATION=auto, bwrap or none`,
@@ -87,7 +114,26 @@ function landlockFor(dataDir: string, perlPath?: string): { isolation?: HookIsol
     return { reason: `a Landlock domain cannot hide the data directory ${dataDir}, which lies in ${holder}` };
   const found = detectLandlock(perlPath !== undefined ? { perlPath } : {});
   if (found.landlock === undefined) return { reason: `Landlock cannot be used here: ${found.reason}` };
-  return { isolation: { kind: "landlock", landlock: found.landlock, dataDir } };
+  return {
+    isolation: {
+      kind: "landlock",
+      landlock: found.landlock,
+      dataDir,
+      syscallFilter: detectUserModeSyscallFilter().filter,
+    },
+  };
+}
+
+/** What the start-up log says of hooks' listening ports and system calls, when either guard is missing. */
+export function hookIsolationGaps(isolation: HookIsolation): string[] {
+  return [
+    ...(isolation.kernelPorts === undefined
+      ? ["they may listen on any free port, a stopped service's among them (Landlock's rules on ports need Linux 6.7+)"]
+      : []),
+    ...(isolation.syscallFilter === undefined
+      ? ["they run without the sessions' seccomp filter (user namespaces, io_uring and Multipath TCP sockets allowed)"]
+      : []),
+  ];
 }
 
 /** A hook's command as isolated, what to add to its environment, and what to undo once it ended. */
@@ -111,54 +157,64 @@ export function isolatedHook(
   const tmp = mkdtempSync(path.join(os.tmpdir(), "oz0-hook-"));
   const dispose = (): void => rmSync(tmp, { recursive: true, force: true });
   if (isolation.kind === "landlock") {
+    const walled = walledCommand(isolation.landlock, {
+      readOnly: [...DEFAULT_READ_ONLY_PATHS, ...ownDirs, options.pluginDir],
+      writable: [tmp, "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"],
+      kernelPortsOnly: isolation.kernelPorts !== undefined,
+      command: options.command,
+    });
     return {
-      command: walledCommand(isolation.landlock, {
-        readOnly: [...DEFAULT_READ_ONLY_PATHS, ...ownDirs, options.pluginDir],
-        writable: [tmp, "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"],
-        command: options.command,
-      }),
+      // The filter loaded first, while its program (in the sandbox's package, which the domain walls off) can be read;
+      // it lets the domain's Landlock calls through.
+      command:
+        isolation.syscallFilter !== undefined
+          ? filteredCommand({ ...isolation.syscallFilter, command: walled })
+          : walled,
       env: { TMPDIR: tmp },
       dispose,
     };
   }
+  const bwrap = [
+    isolation.bwrapPath,
+    "--die-with-parent",
+    // A user namespace of its own and no capability: bwrap run by root (the orchestrator as root) otherwise runs
+    // the hook as root with every capability, which could make a device node of the node's disk and mount it.
+    "--unshare-user",
+    "--cap-drop",
+    "ALL",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    ...DEFAULT_READ_ONLY_PATHS.flatMap((p) => ["--ro-bind-try", p, p]),
+    ...ownDirs.flatMap((dir) => ["--ro-bind", dir, dir]),
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    // The kernel's settings, which root's uid, even with no capability, could change (@oz0/sandbox's bubblewrap-mounts.ts).
+    ...PROC_READ_ONLY.flatMap((p) => ["--ro-bind-try", p, p]),
+    "--bind",
+    tmp,
+    "/tmp",
+    // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
+    "--tmpfs",
+    isolation.dataDir,
+    "--ro-bind",
+    options.pluginDir,
+    options.pluginDir,
+    // Each tmpfs bwrap made, its root and /dev among them, read-only once all is mounted in it.
+    ...["/", "/dev", isolation.dataDir].flatMap((dest) => ["--remount-ro", dest]),
+    "--chdir",
+    options.pluginDir,
+    // A session's filter (no user namespace, keyrings, eBPF or io_uring), read from fd 3 before the hook runs.
+    ...(isolation.syscallFilter !== undefined ? ["--seccomp", "3"] : []),
+    "--",
+    ...options.command,
+  ];
   return {
-    command: [
-      isolation.bwrapPath,
-      "--die-with-parent",
-      // A user namespace of its own and no capability: bwrap run by root (the orchestrator as root) otherwise runs
-      // the hook as root with every capability, which could make a device node of the node's disk and mount it.
-      "--unshare-user",
-      "--cap-drop",
-      "ALL",
-      "--unshare-pid",
-      "--unshare-ipc",
-      "--unshare-uts",
-      ...DEFAULT_READ_ONLY_PATHS.flatMap((p) => ["--ro-bind-try", p, p]),
-      ...ownDirs.flatMap((dir) => ["--ro-bind", dir, dir]),
-      "--dev",
-      "/dev",
-      "--proc",
-      "/proc",
-      // The kernel's settings, which root's uid, even with no capability, could change (@oz0/sandbox's bubblewrap-mounts.ts).
-      ...PROC_READ_ONLY.flatMap((p) => ["--ro-bind-try", p, p]),
-      "--bind",
-      tmp,
-      "/tmp",
-      // Hidden, should a read-only path above hold it; then the plugin's own folder inside it, read-only.
-      "--tmpfs",
-      isolation.dataDir,
-      "--ro-bind",
-      options.pluginDir,
-      options.pluginDir,
-      // Each tmpfs bwrap made, its root and /dev among them, read-only once all is mounted in it.
-      ...["/", "/dev", isolation.dataDir].flatMap((dest) => ["--remount-ro", dest]),
-      "--chdir",
-      options.pluginDir,
-      // A session's filter (no user namespace, keyrings, eBPF or io_uring), read from fd 3 before the hook runs.
-      ...(isolation.syscallFilter !== undefined ? ["--seccomp", "3"] : []),
-      "--",
-      ...options.command,
-    ],
+    // In a domain that keeps it off fixed ports: bwrap shares the host's network with the hook, and the domain stays
+    // through bwrap's namespaces and the hook's exec.
+    command: isolation.kernelPorts !== undefined ? listenPortsCommand(isolation.kernelPorts, bwrap) : bwrap,
     env: {},
     readFile: isolation.syscallFilter,
     dispose,
