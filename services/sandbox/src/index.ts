@@ -72,8 +72,7 @@ export { detectBubblewrap, DEFAULT_READ_ONLY_PATHS, spawnReading } from "./bubbl
 export { PROC_READ_ONLY } from "./bubblewrap-mounts.js";
 export type { BubblewrapDetection } from "./bubblewrap-launcher.js";
 export { detectLandlock, detectListenPortsDomain, listenPortsCommand, walledCommand } from "./landlock-launcher.js";
-export { detectUserModeSyscallFilter, filteredCommand, sessionSyscallFilter } from "./syscall-filter.js";
-export type { UserModeSyscallFilter } from "./syscall-filter.js";
+export { detectUserModeSyscallFilter, sessionSyscallFilter } from "./syscall-filter.js";
 export type { Landlock } from "./landlock-launcher.js";
 export { buildSessionEnvironment, QUIET_HARNESS_ENV } from "@oz0/harness/host";
 

@@ -21,20 +21,32 @@
 // (444, 446); prctl's is known for x86-64 and arm64.
 import { spawnSync } from "node:child_process";
 import { commandIsExecutable, LINUX_SYSCALLS, type HarnessLauncher } from "@oz0/harness/host";
+import { LOAD_FILTER_PROGRAM, READ_FILTER_PROGRAM } from "./syscall-filter.js";
 import { systemCommand } from "./system-command.js";
 
-/** How the programs below begin: prctl's and close's syscall numbers are their first two arguments. */
+/**
+ * How the programs below begin: their first three arguments are prctl's and close's syscall numbers and the file of
+ * a seccomp program to load too (syscall-filter.ts), or "" for none, read here, before a domain may wall it off.
+ */
 const PROGRAM_HEAD = String.raw`
 my $prctl = shift @ARGV;
 my $close = shift @ARGV;
+my $filter_file = shift @ARGV;
 sub fail { print STDERR "oz0 landlock: $_[0]\n"; exit 125 }
+my $bpf;
+if ($filter_file ne "") {${READ_FILTER_PROGRAM}}
 `;
 
-/** How they end: no_new_privs (or CAP_SYS_ADMIN, which a root container lacks) lets the domain be entered; then the command runs in it. */
+/**
+ * How they end: no_new_privs (or CAP_SYS_ADMIN, which a root container lacks) lets the domain be entered; then the
+ * seccomp program, when one was read (one perl for both: each start of one costs a session some 2 ms of CPU); then
+ * the command runs in them.
+ */
 const ENTER_AND_EXEC = String.raw`
 syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
 syscall(446, $ruleset, 0) == 0 or fail("landlock_restrict_self failed: $!");
 syscall($close, $ruleset);
+if (defined $bpf) {${LOAD_FILTER_PROGRAM}}
 exec { $ARGV[0] } @ARGV;
 print STDERR "oz0 landlock: cannot run $ARGV[0]: $!\n";
 exit 127;
@@ -50,7 +62,7 @@ const NEED_NETWORK_RULES = String.raw`$abi >= 4 or fail("the kernel's Landlock i
 const ALLOW_PORT_ZERO = String.raw`my $rule = pack("QQ", 1, 0);
 syscall(445, $ruleset, 2, $rule, 0) == 0 or fail("landlock_add_rule(port 0) failed: $!");`;
 
-/** Arguments: prctl's and close's syscall numbers, then the command to exec inside the domain. */
+/** Arguments: PROGRAM_HEAD's, then the command to exec inside the domain. */
 const ENTER_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $attr = pack("Q", 1 << 11);
 my $ruleset = syscall(444, $attr, length($attr), 0);
@@ -60,7 +72,7 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
 /**
  * A domain that walls the file system off, for a program the orchestrator
  * runs on its own host (a plugin's command hook, where bubblewrap cannot
- * run). Arguments: prctl's and close's syscall numbers; how many read-only
+ * run). Arguments: PROGRAM_HEAD's; 1 or 0 (below); how many read-only
  * paths, then them; how many writable paths, then them; then the command.
  * The domain handles every file-system right the kernel's Landlock knows
  * (ABI 1: execute to make_sym; 2: refer; 3: truncate; 5: ioctl_dev) and
@@ -69,7 +81,7 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
  * before the exec, which keeps the pid), all of them beneath the writable
  * ones. From ABI 6 (Linux 6.12) it is also scoped: no signal to, and no
  * abstract Unix socket of, a process outside it. The network is not walled,
- * but for one rule when the argument after the syscall numbers is 1 (ABI 4,
+ * but for one rule when the argument after PROGRAM_HEAD's is 1 (ABI 4,
  * Linux 6.7+): TCP sockets bind port 0 alone, as in
  * ENTER_LISTEN_PORTS_DOMAIN below, so the program listens only where the
  * kernel picks, never on a stopped service's port (session-listen-ports.ts).
@@ -164,7 +176,7 @@ function detectWith(options: { perlPath?: string; program: string; needs: string
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = options.perlPath ?? systemCommand("perl");
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
-  const trial = spawnSync(perlPath, ["-e", options.program, ...numbers(syscalls), "/bin/sh", "-c", "exit 7"], {
+  const trial = spawnSync(perlPath, ["-e", options.program, ...head(syscalls), "/bin/sh", "-c", "exit 7"], {
     encoding: "utf8",
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -175,8 +187,9 @@ function detectWith(options: { perlPath?: string; program: string; needs: string
   return { landlock: { perlPath, syscalls: { prctl: syscalls.prctl, close: syscalls.close } } };
 }
 
-function numbers(syscalls: Landlock["syscalls"]): string[] {
-  return [String(syscalls.prctl), String(syscalls.close)];
+/** The programs' first three arguments: the syscall numbers, and the seccomp program to load too ("" for none). */
+function head(syscalls: Landlock["syscalls"], filterProgram?: string): string[] {
+  return [String(syscalls.prctl), String(syscalls.close), filterProgram ?? ""];
 }
 
 /** `inner`, starting each harness inside a Landlock domain of its own (see the top of this file). */
@@ -188,7 +201,7 @@ export function landlockLauncher(options: { inner: HarnessLauncher; landlock: La
       if (!commandIsExecutable(spec)) return inner.launch(spec);
       return inner.launch({
         ...spec,
-        command: [landlock.perlPath, "-e", ENTER_DOMAIN, ...numbers(landlock.syscalls), ...spec.command],
+        command: [landlock.perlPath, "-e", ENTER_DOMAIN, ...head(landlock.syscalls), ...spec.command],
       });
     },
   };
@@ -207,6 +220,8 @@ export function walledCommand(
     writable: readonly string[];
     /** TCP sockets may bind port 0 alone (detectListenPortsDomain says whether the kernel can). */
     kernelPortsOnly?: boolean;
+    /** The seccomp program (syscall-filter.ts) to load too, read before the domain walls its file off. */
+    filterProgram?: string | undefined;
     command: readonly string[];
   },
 ): string[] {
@@ -214,7 +229,7 @@ export function walledCommand(
     landlock.perlPath,
     "-e",
     ENTER_WALLED_DOMAIN,
-    ...numbers(landlock.syscalls),
+    ...head(landlock.syscalls, options.filterProgram),
     options.kernelPortsOnly === true ? "1" : "0",
     String(options.readOnly.length),
     ...options.readOnly,
@@ -224,7 +239,20 @@ export function walledCommand(
   ];
 }
 
-/** `command`, run inside a Landlock domain where it may bind TCP sockets to port 0 only (ENTER_LISTEN_PORTS_DOMAIN above). */
-export function listenPortsCommand(landlock: Landlock, command: readonly string[]): string[] {
-  return [landlock.perlPath, "-e", ENTER_LISTEN_PORTS_DOMAIN, ...numbers(landlock.syscalls), ...command];
+/**
+ * `command`, run inside a Landlock domain where it may bind TCP sockets to port 0 only (ENTER_LISTEN_PORTS_DOMAIN
+ * above), and under the seccomp program `filterProgram` when given, loaded by the same perl.
+ */
+export function listenPortsCommand(
+  landlock: Landlock,
+  command: readonly string[],
+  options: { filterProgram?: string | undefined } = {},
+): string[] {
+  return [
+    landlock.perlPath,
+    "-e",
+    ENTER_LISTEN_PORTS_DOMAIN,
+    ...head(landlock.syscalls, options.filterProgram),
+    ...command,
+  ];
 }

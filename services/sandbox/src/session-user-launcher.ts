@@ -124,17 +124,14 @@ export function sessionUserLauncher(options: {
         // the session off the node's service ports, entered first.
         command: withProcessLimit(
           options.processLimit,
-          inPortDomain(
-            options.listenPortRule,
-            filtered(options.syscallFilter, [
-              options.setprivPath,
-              ...setprivUserArgs(options.user),
-              "--pdeathsig",
-              "SIGKILL",
-              "--",
-              ...spec.command,
-            ]),
-          ),
+          confined(options, [
+            options.setprivPath,
+            ...setprivUserArgs(options.user),
+            "--pdeathsig",
+            "SIGKILL",
+            "--",
+            ...spec.command,
+          ]),
         ),
       });
       const { killAll } = options;
@@ -150,10 +147,12 @@ export function sessionUserLauncher(options: {
   };
 }
 
-function inPortDomain(rule: Landlock | undefined, command: string[]): string[] {
-  return rule !== undefined ? listenPortsCommand(rule, command) : command;
-}
-
-function filtered(filter: UserModeSyscallFilter | undefined, command: string[]): string[] {
+/** `command` in the port domain and under the filter, each where there is one: one perl enters both. */
+function confined(
+  options: { listenPortRule?: Landlock | undefined; syscallFilter?: UserModeSyscallFilter | undefined },
+  command: string[],
+): string[] {
+  const { listenPortRule: rule, syscallFilter: filter } = options;
+  if (rule !== undefined) return listenPortsCommand(rule, command, { filterProgram: filter?.program });
   return filter !== undefined ? filteredCommand({ ...filter, command }) : command;
 }

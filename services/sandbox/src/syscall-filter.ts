@@ -36,24 +36,37 @@ export function sessionSyscallFilter(arch: NodeJS.Architecture = process.arch): 
 }
 
 /**
- * Arguments: prctl's and close's syscall numbers, the program's file, then the command. A
- * filter is loaded under no_new_privs, set first (setpriv, which runs next, sets it too);
- * `struct sock_fprog` is a count of 8-byte instructions and a pointer, at
- * offset 8 on both 64-bit architectures.
+ * Perl that reads the filter's program from the file named in $filter_file into $bpf, checked, before anything
+ * walls the file off (landlock-launcher.ts's programs read it before their domain). Its caller defines fail().
  */
+export const READ_FILTER_PROGRAM = String.raw`
+open(my $fh, "<:raw", $filter_file) or fail("cannot read $filter_file: $!");
+$bpf = do { local $/; <$fh> };
+close $fh;
+length($bpf) > 0 && length($bpf) % 8 == 0 or fail("$filter_file is not a filter program");
+`;
+
+/**
+ * Perl that loads $bpf, once no_new_privs is set (setpriv, which runs next in the `user` mode, sets it too), then
+ * closes the descriptors the command would inherit past its stdio: one left open by whatever started the sandbox
+ * never reaches the session. `struct sock_fprog` is a count of 8-byte instructions and a pointer, at offset 8 on both
+ * 64-bit architectures; $prctl and $close are the syscall numbers.
+ */
+export const LOAD_FILTER_PROGRAM = String.raw`
+syscall($prctl, 22, 2, pack("S x6 P", length($bpf) / 8, $bpf), 0, 0) == 0 or fail("prctl(PR_SET_SECCOMP) failed: $!");
+if (opendir(my $fds, "/proc/self/fd")) { my @open = grep { /^\d+$/ && $_ > 2 } readdir $fds; closedir $fds; syscall($close, $_ + 0) for @open }
+`;
+
+/** Arguments: prctl's and close's syscall numbers, the program's file, then the command. */
 const ENTER_FILTER = String.raw`
 my $prctl = shift @ARGV;
 my $close = shift @ARGV;
-my $program = shift @ARGV;
+my $filter_file = shift @ARGV;
 sub fail { print STDERR "oz0 syscall filter: $_[0]\n"; exit 125 }
-open(my $fh, "<:raw", $program) or fail("cannot read $program: $!");
-my $bpf = do { local $/; <$fh> };
-close $fh;
-length($bpf) > 0 && length($bpf) % 8 == 0 or fail("$program is not a filter program");
+my $bpf;
+${READ_FILTER_PROGRAM}
 syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("prctl(PR_SET_NO_NEW_PRIVS) failed: $!");
-syscall($prctl, 22, 2, pack("S x6 P", length($bpf) / 8, $bpf), 0, 0) == 0 or fail("prctl(PR_SET_SECCOMP) failed: $!");
-# A descriptor inherited open past exec (leaked by whatever started the sandbox) never reaches the session.
-if (opendir(my $fds, "/proc/self/fd")) { my @open = grep { /^\d+$/ && $_ > 2 } readdir $fds; closedir $fds; syscall($close, $_ + 0) for @open }
+${LOAD_FILTER_PROGRAM}
 exec { $ARGV[0] } @ARGV;
 print STDERR "oz0 syscall filter: cannot run $ARGV[0]: $!\n";
 exit 127;

@@ -27,31 +27,21 @@ import {
   detectLandlock,
   detectListenPortsDomain,
   detectUserModeSyscallFilter,
-  filteredCommand,
   listenPortsCommand,
   PROC_READ_ONLY,
   walledCommand,
   type Landlock,
-  type UserModeSyscallFilter,
 } from "@oz0/sandbox";
 import { isWithin } from "../path-within.js";
 
 /** How command hooks run; either way `dataDir`, the orchestrator's data directory (OZ0_HOME), is out of their reach. */
-export type HookIsolation = (
-  | {
-      kind: "bwrap";
-      bwrapPath: string;
-      /** The sandbox's seccomp program for sessions (@oz0/sandbox's syscall-filter.ts), when bwrap loaded it. */
-      syscallFilter?: string | undefined;
-    }
-  | {
-      kind: "landlock";
-      landlock: Landlock;
-      /** The same program, loaded by perl before the domain is entered, when that works here. */
-      syscallFilter?: UserModeSyscallFilter | undefined;
-    }
-) & {
+export type HookIsolation = ({ kind: "bwrap"; bwrapPath: string } | { kind: "landlock"; landlock: Landlock }) & {
   dataDir: string;
+  /**
+   * The sandbox's seccomp program for sessions (@oz0/sandbox's syscall-filter.ts), when it loads here: by bwrap, or
+   * by the perl that enters the Landlock domain.
+   */
+  syscallFilter?: string | undefined;
   /** Where the kernel can keep hooks listening on ports it picks: the perl that enters such a domain. */
   kernelPorts?: Landlock | undefined;
 };
@@ -119,7 +109,7 @@ function landlockFor(dataDir: string, perlPath?: string): { isolation?: HookIsol
       kind: "landlock",
       landlock: found.landlock,
       dataDir,
-      syscallFilter: detectUserModeSyscallFilter().filter,
+      syscallFilter: detectUserModeSyscallFilter().filter?.program,
     },
   };
 }
@@ -161,18 +151,10 @@ export function isolatedHook(
       readOnly: [...DEFAULT_READ_ONLY_PATHS, ...ownDirs, options.pluginDir],
       writable: [tmp, "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"],
       kernelPortsOnly: isolation.kernelPorts !== undefined,
+      filterProgram: isolation.syscallFilter,
       command: options.command,
     });
-    return {
-      // The filter loaded first, while its program (in the sandbox's package, which the domain walls off) can be read;
-      // it lets the domain's Landlock calls through.
-      command:
-        isolation.syscallFilter !== undefined
-          ? filteredCommand({ ...isolation.syscallFilter, command: walled })
-          : walled,
-      env: { TMPDIR: tmp },
-      dispose,
-    };
+    return { command: walled, env: { TMPDIR: tmp }, dispose };
   }
   const bwrap = [
     isolation.bwrapPath,
