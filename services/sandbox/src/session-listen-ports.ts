@@ -77,15 +77,21 @@ export function chooseListenPorts(options: {
  * orchestrators' node API), which a bind to port 0 may get (in one bind, with IP_LOCAL_PORT_RANGE).
  */
 export function servicePortsInEphemeralRange(options: {
-  own: number;
+  /** The sandbox's own port; none for the peers alone. */
+  own?: number;
   peers: readonly (string | undefined)[];
   rangeStart?: number;
 }): { service: string; port: number }[] {
   const start = options.rangeStart ?? ephemeralRangeStart();
-  const ports = [{ service: "sandbox", port: options.own }];
+  const ports = options.own !== undefined ? [{ service: "sandbox", port: options.own }] : [];
   for (const peer of options.peers) {
-    if (peer === undefined) continue;
-    const url = new URL(peer);
+    if (peer === undefined || peer === "") continue;
+    let url: URL;
+    try {
+      url = new URL(peer);
+    } catch {
+      continue; // not a URL: refused where it is used
+    }
     if (url.port !== "" && LOOPBACK.test(url.hostname)) ports.push({ service: url.origin, port: Number(url.port) });
   }
   return ports.filter(({ port }) => port >= start);

@@ -11,9 +11,10 @@ import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/p
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Landlock } from "./landlock-launcher.js";
 import type { Containment } from "@oz0/harness/host";
-import type { Logger } from "@oz0/serving";
+import { ephemeralRangeStart, type Logger } from "@oz0/serving";
 import { ForwardBudget, planLlmForwards, SharedLlmListeners, type ForwardLimits } from "./llm-forwarder.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
+import { servicePortsInEphemeralRange } from "./session-listen-ports.js";
 import { SandboxSession, type SandboxSessionOptions, type SessionIsolation } from "./sandbox-session.js";
 import { initPidFromInfoFile } from "./bubblewrap-launcher.js";
 import { endKeptSession, extraFile, keeperAvailable, processStartTime, readKeeperExit } from "./session-keeper.js";
@@ -148,6 +149,8 @@ export class SessionRegistry {
   readonly #forwardBudget: ForwardBudget | undefined;
   /** The LLM origins' shared sockets, for the sessions taken over that a previous version started on them (llm-forwarder.ts). */
   readonly #listeners: SharedLlmListeners | undefined;
+  /** The LLM base URLs sessions came with, each looked at once for a port in the ephemeral range. */
+  readonly #llmUrlsSeen = new Set<string>();
   /** The guards' reading of /proc, on a thread of its own (guard-readings.ts). */
   readonly #guardReadings = new GuardReadings();
   /** Keeps room on the sessions' disk (session-disk-guard.ts). */
@@ -493,7 +496,8 @@ export class SessionRegistry {
   ): SessionIsolation {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
-    if (isolation.mode === "user")
+    if (isolation.mode === "user") {
+      if (isolation.listenPortRule !== undefined) this.#warnOfLlmPortsInEphemeralRange(options.request);
       return {
         mode: "user",
         setprivPath: isolation.setprivPath,
@@ -501,6 +505,7 @@ export class SessionRegistry {
         syscallFilter: isolation.syscallFilter,
         listenPortRule: isolation.listenPortRule,
       };
+    }
     const listeners = options.sharedForwards ? this.#listeners : undefined;
     const forwards = planLlmForwards({
       socketDir: options.socketDir,
@@ -531,6 +536,25 @@ export class SessionRegistry {
       budget: this.#forwardBudget!,
       users: sessionUsers,
     };
+  }
+
+  /**
+   * The start-up warning of service ports in the kernel's ephemeral range (index.ts) for the LLM proxy, whose
+   * address comes with each session: once for each such origin.
+   */
+  #warnOfLlmPortsInEphemeralRange(request: StartSession["request"] & object): void {
+    const urls = [request.llm?.anthropicBaseUrl, request.llm?.openaiBaseUrl].filter(
+      (url): url is string => url !== undefined && url !== "" && !this.#llmUrlsSeen.has(url),
+    );
+    if (urls.length === 0) return;
+    for (const url of urls) this.#llmUrlsSeen.add(url);
+    const rangeStart = ephemeralRangeStart();
+    const exposed = servicePortsInEphemeralRange({ peers: urls, rangeStart });
+    if (exposed.length > 0)
+      this.#options.logger.warn(
+        { portsInEphemeralRange: exposed, ephemeralRangeStart: rangeStart },
+        "the LLM proxy's port lies in the kernel's ephemeral range: while it is down, a user-mode session binding port 0 may be handed its port and be sent its callers' session tokens; give it a port below the range (see the sandbox README's The user mode)",
+      );
   }
 
   /** The live session whose working directory start.share_working_dir_of names, checked: it runs on this node right now. */

@@ -579,6 +579,33 @@ void describe("isolation setting", () => {
     ]);
   });
 
+  // The LLM proxy's address comes with each session: a user-mode session could be handed its port too.
+  void it(
+    "warns once of an LLM proxy on loopback whose port lies in the ephemeral range, when sessions name it",
+    { skip: userModeSkip },
+    async () => {
+      const { logger, lines } = recordingLogger();
+      const t = await startTestSandbox({ isolation: "user", logger });
+      try {
+        const llm = { openaiBaseUrl: "http://127.0.0.1:45000/v1", anthropicBaseUrl: "http://127.0.0.1:7703" };
+        for (let i = 0; i < 2; i++) {
+          const stream = await runToEnd(t.client, scenarioStart({ mode: "complete" }, {}, { llm }));
+          assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+        }
+        const warned = lines.filter(
+          (line) => line.level === "warn" && /LLM proxy's port lies in the kernel's ephemeral range/.test(line.msg),
+        );
+        assert.deepEqual(
+          warned.map((line) => line.fields.portsInEphemeralRange),
+          [[{ service: "http://127.0.0.1:45000", port: 45_000 }]],
+          "once, naming the port in the range and not the one below it",
+        );
+      } finally {
+        await t.close();
+      }
+    },
+  );
+
   void it("names the mode in one start-up line, with the seccomp filter its sessions run under", async () => {
     const { startSandbox } = await import("../src/index.js");
     const program = sessionSyscallFilter().program;
