@@ -13,8 +13,9 @@
 // Before a uid is handed out its leftover processes (from a sandbox that was
 // killed) are killed, and when its last session ends everything it still
 // runs is killed, so a uid never carries one session's processes into another's.
-import { spawn } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { randomInt } from "node:crypto";
+import { readFileSync } from "node:fs";
 import net from "node:net";
 import type { Logger } from "@oz0/serving";
 import type { SessionUidRange } from "./sandbox-config.js";
@@ -23,11 +24,8 @@ import { removeUidLeftovers, uidsWithSystemVObjects } from "./session-user-files
 import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
 import { systemCommand } from "./system-command.js";
 
-/** The holds' abstract name, before the uid. */
-const HOLD_PREFIX = "oz0-sandbox-session-uid-";
-
 function holdName(uid: number): string {
-  return `\0${HOLD_PREFIX}${uid}`;
+  return `\0oz0-sandbox-session-uid-${uid}`;
 }
 
 /**
@@ -61,91 +59,46 @@ function tryHold(uid: number, name = holdName(uid)): Promise<net.Server | undefi
 }
 
 /**
- * Who has the hold of each uid read from stdin (one a line). Perl prints "<uid> sandbox" when a listener outside the
- * range answers on it (SO_PEERCRED: every sandbox's hold listens, and sandboxes run outside the range); else
- * "<uid> <pid> <holder's uid>" for each process with its socket open, the socket's inode read from /proc/net/unix
- * and found among the descriptors in /proc/<pid>/fd. Nothing for a uid: no process has it (a descriptor in flight in
- * a Unix socket's queue), or it was let go meanwhile. Connects are non-blocking: a listener whose backlog is full
- * (never accepting) is looked for among the descriptors like one that does not listen. Node can read neither
- * another socket's peer credentials nor which process has a socket; one perl run answers for every uid asked.
- * SOL_SOCKET 1, SO_PEERCRED 17, F_SETFL 4 and O_NONBLOCK 04000 are x86-64's and arm64's; struct ucred is { pid_t,
- * uid_t, gid_t }. Arguments: the holds' name before the uid, then the range's base and count.
+ * Perl connects to each abstract name given and prints "<name> <pid> <uid>" of the process that listens on it
+ * (SO_PEERCRED: the listener's credentials, whoever now holds its descriptor), or "<name> none" when nothing
+ * listens (refused: bound without listening, or free) or its backlog is full (a sandbox's hold accepts at once; a
+ * listener that never accepts would otherwise hold the connect, and the sandbox's start, until the timeout). Node
+ * cannot read SO_PEERCRED. SOL_SOCKET 1, SO_PEERCRED 17, F_SETFL 4 and O_NONBLOCK 04000 are x86-64's and arm64's;
+ * struct ucred is { pid_t, uid_t, gid_t }.
  */
-const HOLD_HOLDERS = String.raw`
-my ($prefix, $base, $count) = @ARGV;
-my %looked_for;
-while (my $line = <STDIN>) {
-  my ($uid) = $line =~ /^(\d+)$/ or next;
+const HOLD_LISTENERS = String.raw`
+for my $name (@ARGV) {
   socket(my $s, 1, 1, 0) or die "socket: $!";
   fcntl($s, 4, 04000) or die "fcntl: $!";
-  my $listener;
-  (undef, $listener) = unpack("lL", getsockopt($s, 1, 17) // "") if connect($s, pack("S a*", 1, "\0$prefix$uid"));
+  if (!connect($s, pack("S a*", 1, "\0$name"))) { print "$name none\n"; next }
+  my ($pid, $uid) = unpack("lL", getsockopt($s, 1, 17) // "");
+  print defined $uid ? "$name $pid $uid\n" : "$name none\n";
   close $s;
-  if (defined $listener && ($listener < $base || $listener >= $base + $count)) { print "$uid sandbox\n" }
-  else { $looked_for{$uid} = 1 }
-}
-exit 0 unless %looked_for;
-my %hold_of;
-open(my $net, "<", "/proc/net/unix") or die "/proc/net/unix: $!";
-while (<$net>) {
-  my @field = split;
-  $hold_of{$field[6]} = $1 if @field == 8 && $field[7] =~ /^\@\Q$prefix\E(\d+)$/ && $looked_for{$1};
-}
-close $net;
-exit 0 unless %hold_of;
-opendir(my $proc, "/proc") or die "/proc: $!";
-for my $pid (grep { /^\d+$/ } readdir $proc) {
-  opendir(my $fds, "/proc/$pid/fd") or next;
-  my %holds;
-  for my $fd (readdir $fds) {
-    my ($inode) = (readlink("/proc/$pid/fd/$fd") // "") =~ /^socket:\[(\d+)\]$/ or next;
-    $holds{$hold_of{$inode}} = 1 if exists $hold_of{$inode};
-  }
-  closedir $fds;
-  next unless %holds;
-  open(my $status, "<", "/proc/$pid/status") or next;
-  my ($holder) = map { /^Uid:\s+(\d+)/ ? $1 : () } <$status>;
-  close $status;
-  print "$_ $pid $holder\n" for defined $holder ? keys %holds : ();
 }
 `;
 
-/** A uid's hold as another has it: a sandbox's, or the processes that have its socket open (none: in flight, or let go). */
-type HoldHolders = "sandbox" | { pid: number; uid: number }[];
-
 /**
- * HOLD_HOLDERS's answer for `uids`, each with its holders ([] when nothing was found); undefined where it cannot be
- * told (no perl, another architecture, the run failed). Run in a child, not the event loop: it reads every
- * process's descriptors.
+ * Who listens on `uid`'s hold, which another holds: `{ pid, uid }`, or "none" when it is bound and nobody listens
+ * (every sandbox's hold listens), or undefined where it cannot be told (no perl; another architecture).
  */
-async function holdHolders(
-  uids: readonly number[],
-  range: SessionUidRange,
-): Promise<Map<number, HoldHolders> | undefined> {
+function holdListener(uid: number): { pid: number; uid: number } | "none" | undefined {
   const perl = systemCommand("perl");
   if (perl === undefined || (process.arch !== "x64" && process.arch !== "arm64")) return undefined;
-  const run = await new Promise<{ code: number | null; stdout: string }>((resolve) => {
-    const child = spawn(perl, ["-e", HOLD_HOLDERS, HOLD_PREFIX, String(range.base), String(range.count)], {
-      stdio: ["pipe", "pipe", "ignore"],
-      timeout: 10_000,
-    });
-    let stdout = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.once("error", () => resolve({ code: null, stdout }));
-    child.once("close", (code) => resolve({ code, stdout }));
-    child.stdin.on("error", () => undefined);
-    child.stdin.end(uids.map((uid) => `${uid}\n`).join(""));
-  });
-  if (run.code !== 0) return undefined;
-  const found = new Map<number, HoldHolders>(uids.map((uid) => [uid, []]));
-  for (const line of run.stdout.split("\n")) {
-    const [uid, pid, holder] = line.split(" ").map(Number);
-    const holders = found.get(uid!);
-    if (holders === undefined || holders === "sandbox") continue;
-    if (pid === undefined || Number.isNaN(pid)) found.set(uid!, "sandbox");
-    else holders.push({ pid, uid: holder! });
+  const name = holdName(uid).slice(1);
+  const run = spawnSync(perl, ["-e", HOLD_LISTENERS, name], { encoding: "utf8", timeout: 10_000 });
+  const [, pid, listenerUid] = new RegExp(`^${name} (\\d+|none)(?: (\\d+))?$`, "m").exec(run.stdout ?? "") ?? [];
+  if (pid === undefined) return undefined;
+  return pid === "none" ? "none" : { pid: Number(pid), uid: Number(listenerUid) };
+}
+
+/** The real uid `pid` runs under now; undefined when it is gone. */
+function uidOf(pid: number): number | undefined {
+  try {
+    const uid = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+    return uid === undefined ? undefined : Number(uid);
+  } catch {
+    return undefined;
   }
-  return found;
 }
 
 function closeHold(server: net.Server): Promise<void> {
@@ -241,45 +194,26 @@ export class SessionUserPool {
   /** A uid no other session on this host holds, its leftover processes killed. */
   async acquire(): Promise<SessionUserLease> {
     const { base, count } = this.range;
-    const heldElsewhere: number[] = [];
     for (let tried = 0; tried < count; tried++) {
       const uid = base + ((this.#cursor + tried) % count);
       if (this.#held.has(uid)) continue;
       const server = await tryHold(uid);
-      if (server === undefined) {
-        heldElsewhere.push(uid);
+      if (server === undefined) continue;
+      if (await keptByKeeper(uid)) {
+        await closeHold(server);
         continue;
       }
-      const lease = await this.#leaseOf(uid, server);
-      if (lease === undefined) continue;
       this.#cursor = (this.#cursor + tried + 1) % count;
-      return lease;
+      this.#held.add(uid);
+      const user = { uid, gid: uid };
+      // What a killed sandbox's session of the uid left runs no more, nor lies where the next session would find it.
+      if (!this.#contained) await this.#clean(user);
+      return new SessionUserLease(new Holding(user, server, this));
     }
-    // Every uid held: by other sandboxes' sessions, or by sessions' processes that bound their holds (see below).
-    let lease: SessionUserLease | undefined;
-    for (const [uid, server] of await this.#takeBackFromSessions(heldElsewhere)) {
-      // One leased; the others let go, free for any sandbox again.
-      if (lease === undefined) lease = await this.#leaseOf(uid, server);
-      else await closeHold(server);
-    }
-    if (lease !== undefined) return lease;
     throw new SandboxError(
       "resource_exhausted",
       `every session uid from ${base} to ${base + count - 1} is in use on this host (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT); retry after a session ends, or widen the range`,
     );
-  }
-
-  /** `uid`, its hold just taken, leased; undefined (the hold let go) when a kept session's keeper holds it. */
-  async #leaseOf(uid: number, server: net.Server): Promise<SessionUserLease | undefined> {
-    if (await keptByKeeper(uid)) {
-      await closeHold(server);
-      return undefined;
-    }
-    this.#held.add(uid);
-    const user = { uid, gid: uid };
-    // What a killed sandbox's session of the uid left runs no more, nor lies where the next session would find it.
-    if (!this.#contained) await this.#clean(user);
-    return new SessionUserLease(new Holding(user, server, this));
   }
 
   /**
@@ -324,16 +258,9 @@ export class SessionUserPool {
     let cleared = 0;
     const withProcesses = uidsWithProcesses(this.range);
     const withObjects = this.#contained ? new Set<number>() : uidsWithSystemVObjects(this.range);
-    const left = [...new Set([...withProcesses.keys(), ...withObjects])].filter((uid) => !this.#held.has(uid));
-    const holds = new Map<number, net.Server>();
-    for (const uid of left) {
-      const server = await tryHold(uid);
-      if (server !== undefined) holds.set(uid, server);
-    }
-    for (const [uid, server] of await this.#takeBackFromSessions(left.filter((uid) => !holds.has(uid))))
-      holds.set(uid, server);
-    for (const uid of left) {
-      const server = holds.get(uid);
+    for (const uid of new Set([...withProcesses.keys(), ...withObjects])) {
+      if (this.#held.has(uid)) continue;
+      const server = (await tryHold(uid)) ?? (await this.#takeBackFromSession(uid));
       if (server === undefined) continue; // another sandbox's running session
       // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
       // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
@@ -387,58 +314,42 @@ export class SessionUserPool {
   }
 
   /**
-   * The holds of `uids` that sessions' processes took rather than sandboxes, taken back. Any process may bind an
-   * abstract name: a process that outlived its killed sandbox can bind its own uid's, to be passed over as another
-   * sandbox's running session by every start after, alive for good; a running user-mode session can bind free uids'
-   * (as many as its open files limit, the whole range by default), and no session could start on the host while it
-   * runs. A hold that processes of the range have open, and nothing outside it, is a session's: every process of the
-   * holders' uids is killed (binding another uid's hold is nothing a harness does), and the hold taken. One that no
-   * process has open and that still cannot be taken is bound by a descriptor in flight, likely to one of the uid's
-   * own processes: they are killed, and it is tried again. Uids sandboxes hold are left alone, and so is one that
-   * could not be taken back (logged).
+   * The hold of `uid`, when a session's process took it rather than a sandbox: a process that outlived its killed
+   * sandbox can bind its own uid's name (any abstract name is open to it), and would then be passed over as another
+   * sandbox's running session by every start after, alive for good. A hold whose listener runs under a uid of the
+   * range, or that nobody listens on (twice, 50 ms apart: a sandbox binds and listens at once), is a session's: the
+   * listener and the uid's processes are killed, and the hold taken. Undefined: a sandbox holds it (or, after
+   * that, it could not be taken: logged).
    */
-  async #takeBackFromSessions(uids: readonly number[]): Promise<Map<number, net.Server>> {
-    const taken = new Map<number, net.Server>();
-    const holders = uids.length > 0 ? await holdHolders(uids, this.range) : undefined;
-    if (holders === undefined) return taken;
+  async #takeBackFromSession(uid: number): Promise<net.Server | undefined> {
     const { base, count } = this.range;
     const inRange = (id: number): boolean => id >= base && id < base + count;
-    const squatted = new Map<number, number[]>();
-    for (const [uid, found] of holders) {
-      if (found === "sandbox" || !found.every((holder) => inRange(holder.uid))) continue;
-      if (found.length > 0) squatted.set(uid, [...new Set(found.map((holder) => holder.uid))]);
-      else {
-        // Let go since it was tried (no sandbox holds it: every sandbox has its hold open), or in flight.
-        const server = await tryHold(uid);
-        if (server !== undefined) taken.set(uid, server);
-        else squatted.set(uid, [uid]);
-      }
+    let listener = holdListener(uid);
+    if (listener === "none") {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      listener = holdListener(uid);
     }
-    if (squatted.size === 0) return taken;
-    const killed = new Set([...squatted.values()].flat());
+    if (listener === undefined || (listener !== "none" && !inRange(listener.uid))) return undefined;
     this.#logger.warn(
-      {
-        uids: [...squatted.keys()].slice(0, 20),
-        of: squatted.size,
-        killed: [...killed],
-        holders: [...squatted].slice(0, 20).map(([uid]) => ({ uid, heldBy: holders.get(uid) })),
-      },
-      "sessions' processes held uids' holds, which only sandboxes take: killing every process of their uids",
+      { uid, holder: listener === "none" ? "bound, not listening" : listener },
+      "a session's process held its uid's hold, to outlive its sandbox: killing it and the uid's processes",
     );
-    await Promise.all([...killed].map((uid) => this.killAll({ uid, gid: uid })));
-    for (const uid of squatted.keys()) {
-      for (let attempt = 0; attempt < ADOPT_ATTEMPTS && !taken.has(uid); attempt++) {
-        const server = await tryHold(uid);
-        if (server !== undefined) taken.set(uid, server);
-        else await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
+    // The listener's pid is as it was at listen(): killed only while a process of that uid still has it.
+    if (listener !== "none" && uidOf(listener.pid) === listener.uid) {
+      try {
+        process.kill(listener.pid, "SIGKILL");
+      } catch {
+        // gone already
       }
-      if (!taken.has(uid))
-        this.#logger.warn(
-          { uid },
-          "a session uid's hold is still held by a process that is no sandbox's: uid left alone",
-        );
     }
-    return taken;
+    await this.killAll({ uid, gid: uid });
+    for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
+      const server = await tryHold(uid);
+      if (server !== undefined) return server;
+      await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
+    }
+    this.#logger.warn({ uid }, "a session uid's hold is still held by a process that is no sandbox's: uid left alone");
+    return undefined;
   }
 
   /** @internal Called by the last lease of a holding. */
