@@ -128,13 +128,17 @@ allow($_, $fs) for @writable;
  * range (session-listen-ports.ts says why). A ruleset attribute of 16 bytes
  * is { handled_access_fs, handled_access_net }: no file-system right handled;
  * LANDLOCK_ACCESS_NET_BIND_TCP is 1; a LANDLOCK_RULE_NET_PORT (2) rule is {
- * allowed_access, port }, both 64 bits.
+ * allowed_access, port }, both 64 bits. From ABI 6 (Linux 6.12) a third, its
+ * scope, is LANDLOCK_SCOPE_SIGNAL (2): no signal to a process outside the
+ * domain. What a session starts shares a uid with the helpers the sandbox runs
+ * as that uid (session-user-helper.ts), and would otherwise stop them (SIGSTOP):
+ * the killer of the uid's processes, the remover of its files.
  */
 const ENTER_LISTEN_PORTS_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $abi = syscall(444, 0, 0, 1);
 $abi >= 1 or fail("the kernel has no Landlock: $!");
 ${NEED_NETWORK_RULES}
-my $attr = pack("QQ", 0, 1);
+my $attr = $abi >= 6 ? pack("QQQ", 0, 1, 2) : pack("QQ", 0, 1);
 my $ruleset = syscall(444, $attr, length($attr), 0);
 $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
 ${ALLOW_PORT_ZERO}

@@ -40,6 +40,8 @@ export interface SessionUserHelperResult {
   status: number | null;
   /** What it wrote to stderr, for the caller's log. */
   stderr: string;
+  /** It ran past `deadlineMs`, and the sandbox killed it (a process of the uid can stop it, as a process of the same uid). */
+  pastDeadline: boolean;
 }
 
 /**
@@ -50,6 +52,8 @@ export function runAsSessionUser(options: {
   user: SessionUser;
   script: string;
   args?: readonly string[];
+  /** Past this the helper is SIGKILLed (the result says so); default none. */
+  deadlineMs?: number;
 }): Promise<SessionUserHelperResult> {
   const { user } = options;
   const perl = systemCommand("perl");
@@ -73,8 +77,22 @@ export function runAsSessionUser(options: {
       { env: {}, cwd: "/", stdio: ["ignore", "ignore", "pipe"] },
     );
     const stderr: Buffer[] = [];
+    let pastDeadline = false;
+    const deadline =
+      options.deadlineMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            pastDeadline = true;
+            helper.kill("SIGKILL");
+          }, options.deadlineMs);
     helper.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
-    helper.once("error", reject);
-    helper.once("close", (status) => resolve({ status, stderr: Buffer.concat(stderr).toString("utf8").trim() }));
+    helper.once("error", (error) => {
+      clearTimeout(deadline);
+      reject(error);
+    });
+    helper.once("close", (status) => {
+      clearTimeout(deadline);
+      resolve({ status, stderr: Buffer.concat(stderr).toString("utf8").trim(), pastDeadline });
+    });
   });
 }

@@ -158,10 +158,16 @@ export class SessionUserLease implements SessionUser {
 /** How often, and how far apart, a taken-over session's uid is tried: another sandbox passing it over holds it for a bind and a close. */
 const ADOPT_ATTEMPTS = 10;
 const ADOPT_RETRY_MS = 20;
+/** Between kills of a uid kept from the pools because its last kill failed. */
+const QUARANTINE_RETRY_MS = 30_000;
 
 export class SessionUserPool {
   /** The kills under way, by uid. */
   readonly #killing = new Map<number, Promise<void>>();
+  /** Uids whose last kill left a process alive, or did not finish: never handed out until one succeeds. */
+  readonly #unkillable = new Set<number>();
+  readonly #killProcesses: (user: SessionUser) => Promise<Error | undefined>;
+  readonly #quarantineRetryMs: number;
   readonly range: SessionUidRange;
   readonly #logger: Logger;
   /** Sessions under these uids run in PID namespaces of their own (bubblewrap), which end all they started. */
@@ -183,10 +189,16 @@ export class SessionUserPool {
      * the sandbox's, about 3 ms of its CPU each.
      */
     contained?: boolean;
+    /** What kills every process of a uid; a test's stand-in. Default killAllProcessesOf. */
+    killProcesses?: (user: SessionUser) => Promise<Error | undefined>;
+    /** Between kills of a uid kept from the pools because its last kill failed; default 30 s. */
+    quarantineRetryMs?: number;
   }) {
     this.range = options.range;
     this.#logger = options.logger;
     this.#contained = options.contained === true;
+    this.#killProcesses = options.killProcesses ?? killAllProcessesOf;
+    this.#quarantineRetryMs = options.quarantineRetryMs ?? QUARANTINE_RETRY_MS;
     // Sandboxes starting together begin their searches apart.
     this.#cursor = randomInt(0, options.range.count);
   }
@@ -206,9 +218,13 @@ export class SessionUserPool {
       this.#cursor = (this.#cursor + tried + 1) % count;
       this.#held.add(uid);
       const user = { uid, gid: uid };
+      const holding = new Holding(user, server, this);
       // What a killed sandbox's session of the uid left runs no more, nor lies where the next session would find it.
-      if (!this.#contained) await this.#clean(user);
-      return new SessionUserLease(new Holding(user, server, this));
+      if (!this.#contained && !(await this.#clean(user))) {
+        this.#quarantine(holding);
+        continue;
+      }
+      return new SessionUserLease(holding);
     }
     throw new SandboxError(
       "resource_exhausted",
@@ -273,6 +289,11 @@ export class SessionUserPool {
       const user = { uid, gid: uid };
       if (this.#contained) await this.killAll(user);
       else await this.#clean(user);
+      if (this.#unkillable.has(uid)) {
+        this.#held.add(uid);
+        this.#quarantine(new Holding(user, server, this));
+        continue;
+      }
       await closeHold(server);
       cleared++;
     }
@@ -289,9 +310,12 @@ export class SessionUserPool {
     if (killing === undefined) {
       killing = (async () => {
         try {
-          const error = await killAllProcessesOf(user);
-          if (error !== undefined)
+          const error = await this.#killProcesses(user);
+          if (error === undefined) this.#unkillable.delete(user.uid);
+          else {
+            this.#unkillable.add(user.uid);
             this.#logger.error({ err: error, uid: user.uid }, "could not kill the processes of a session uid");
+          }
         } finally {
           this.#killing.delete(user.uid);
         }
@@ -306,11 +330,38 @@ export class SessionUserPool {
    * /dev/shm, its System V IPC objects): in the `user` mode a session shares them with the node, and what it left
    * would outlast it, in memory where /dev/shm is, and be the next session's of the uid to read.
    */
-  async #clean(user: SessionUser): Promise<void> {
+  async #clean(user: SessionUser): Promise<boolean> {
     await this.killAll(user);
+    // A process of the uid may still run: nothing is removed as the uid beside it, and the uid is not given out.
+    if (this.#unkillable.has(user.uid)) return false;
     const left = await removeUidLeftovers(user);
     if (left !== undefined)
       this.#logger.warn({ uid: user.uid, left }, "could not remove all a session uid left in the node's shared places");
+    return true;
+  }
+
+  /**
+   * Keeps a uid whose processes could not all be killed held, out of every pool on the host (a process of it left
+   * alive would share it with the next session, which could then ptrace or signal that one), killing again every
+   * quarantineRetryMs until it works; a restart of the sandbox clears it at start-up.
+   */
+  #quarantine(holding: Holding): void {
+    this.#logger.error(
+      { uid: holding.user.uid, retryMs: this.#quarantineRetryMs },
+      "a session uid's processes could not all be killed: the uid is kept from new sessions until they are",
+    );
+    setTimeout(() => {
+      void (async () => {
+        if (await this.#clean(holding.user)) await this.#letGo(holding);
+        else this.#quarantine(holding);
+      })();
+    }, this.#quarantineRetryMs).unref();
+  }
+
+  async #letGo(holding: Holding): Promise<void> {
+    await closeHold(holding.server);
+    this.#held.delete(holding.user.uid);
+    if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
   }
 
   /**
@@ -354,9 +405,10 @@ export class SessionUserPool {
 
   /** @internal Called by the last lease of a holding. */
   async free(holding: Holding): Promise<void> {
-    if (!this.#contained) await this.#clean(holding.user);
-    await closeHold(holding.server);
-    this.#held.delete(holding.user.uid);
-    if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
+    if (!this.#contained && !(await this.#clean(holding.user))) {
+      this.#quarantine(holding);
+      return;
+    }
+    await this.#letGo(holding);
   }
 }

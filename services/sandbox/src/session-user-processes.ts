@@ -33,31 +33,46 @@ export function uidsWithProcesses(range: SessionUidRange): Map<number, { inOwnPi
 
 /** How long the processes of a uid may take to die once killed; past it the caller logs an error. */
 const KILL_WAIT_MS = 5000;
+/** How long a killer may run at all, past which the sandbox ends it: one stopped (SIGSTOP) never ends by itself. */
+const KILLER_DEADLINE_MS = KILL_WAIT_MS + 3000;
 /** How often a killer of the uid may be ended by another (each kills every process of the uid but itself) before this gives up. */
 const KILLER_ATTEMPTS = 5;
+const POLL_MS = 10;
 
 /**
  * SIGKILLs every process of the uid (the killer itself aside) and resolves
  * once none is left alive, so nothing of the session runs when the caller
  * goes on (reads its directory, reports its end). Never rejects: resolves
- * with the error when the killer could not run or a process outlived the
- * wait (the caller logs it). The killer waits itself, reading /proc: the
- * sandbox's event loop reads nothing (a node's thousand processes took it
- * 20-50 ms a reading, every 10 ms while the uid's died).
+ * with the error when the killer could not run, did not finish (a process of
+ * the uid can signal it: stop it, or kill it, where the session's Landlock
+ * domain does not scope its signals), or a process outlived the wait; the
+ * caller then keeps the uid from the next sessions. The killer waits itself,
+ * reading /proc: the sandbox's event loop reads nothing (a node's thousand
+ * processes took it 20-50 ms a reading, every 10 ms while the uid's died),
+ * unless /proc hides other users' processes from the uid (hidepid), where
+ * the sandbox reads it as before.
  */
 export async function killAllProcessesOf(user: SessionUser): Promise<Error | undefined> {
   for (let attempt = 0; attempt < KILLER_ATTEMPTS; attempt++) {
     let result;
     try {
       // As the uid, but never ptrace-able by its processes (session-user-helper.ts).
-      result = await runAsSessionUser({ user, script: KILL_ALL, args: [String(KILL_WAIT_MS)] });
+      result = await runAsSessionUser({
+        user,
+        script: KILL_ALL,
+        args: [String(KILL_WAIT_MS)],
+        deadlineMs: KILLER_DEADLINE_MS,
+      });
     } catch (error) {
       return error instanceof Error ? error : new Error(String(error));
     }
     const { status, stderr } = result;
     if (status === 0) return undefined;
+    if (result.pastDeadline)
+      return new Error(`the killer of uid ${user.uid}'s processes did not finish in ${KILLER_DEADLINE_MS} ms`);
     if (status === OUTLIVED)
       return new Error(`processes of uid ${user.uid} were still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    if (status === BLIND) return await waitForNoneOf(user);
     // Killed (status null) by another killer of the same uid running at once: again, to see what is left.
     if (status !== null)
       return new Error(`the killer of uid ${user.uid}'s processes failed (${stderr || `status ${status}`})`);
@@ -65,23 +80,45 @@ export async function killAllProcessesOf(user: SessionUser): Promise<Error | und
   return new Error(`the killer of uid ${user.uid}'s processes was killed ${KILLER_ATTEMPTS} times over`);
 }
 
+/** Where the killer cannot see every process: killed, then waited for from the sandbox, reading /proc as root. */
+async function waitForNoneOf(user: SessionUser): Promise<Error | undefined> {
+  const range = { base: user.uid, count: 1 };
+  for (let waited = 0; ; waited += POLL_MS) {
+    if (uidsWithProcesses(range).size === 0) return undefined;
+    if (waited >= KILL_WAIT_MS)
+      return new Error(`processes of uid ${user.uid} were still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
 /** The killer's exit status when a process of the uid outlived the wait. */
 const OUTLIVED = 3;
+/** Its exit status when it killed, but /proc hides other users' processes from it (hidepid): waitForNoneOf. */
+const BLIND = 4;
 
 /**
  * Every process of the uid but the killer itself (kill(2) fails only when there was none left to signal), again
  * every 10 ms until none is alive, read from /proc by real uid (SIGKILL is carried out as each process next runs;
- * zombies aside, but a leader that exited alone while its other threads run is alive), or the wait (its argument,
- * in ms) is over: exit 0, or OUTLIVED.
+ * zombies aside, but a leader that exited alone while its other threads run is alive; one whose status cannot be
+ * read for any reason but being gone (ENOENT, ESRCH: 2 and 3 on x86-64 and arm64; %! would load Errno) counts as alive), or the wait (its argument, in ms; by the clock, in whole
+ * seconds) is over: exit 0, or OUTLIVED. A /proc that hides init (pid 1) from it hides the uid's non-dumpable
+ * processes too: BLIND, once killed.
  */
 const KILL_ALL = String.raw`
 my $wait_ms = shift @ARGV;
-for (my $waited = 0; ; $waited += 10) {
-  kill 'KILL', -1;
+my $deadline = time + int($wait_ms / 1000) + 1;
+kill 'KILL', -1;
+exit ${BLIND} unless -e "/proc/1/status";
+while (1) {
   my $alive = 0;
   opendir(my $proc, "/proc") or die "cannot read /proc: $!";
   for my $pid (grep { /^\d+$/ && $_ != $$ } readdir $proc) {
-    open(my $status, "<", "/proc/$pid/status") or next;
+    my $status;
+    unless (open($status, "<", "/proc/$pid/status")) {
+      next if $! == 2 || $! == 3;
+      $alive = 1;
+      last;
+    }
     my ($state, $threads, $uid) = ("", 1);
     while (<$status>) {
       $state = $1 if /^State:\s+(\S)/;
@@ -96,7 +133,8 @@ for (my $waited = 0; ; $waited += 10) {
   }
   closedir $proc;
   exit 0 unless $alive;
-  exit ${OUTLIVED} if $waited >= $wait_ms;
+  exit ${OUTLIVED} if time >= $deadline;
   select(undef, undef, undef, 0.01);
+  kill 'KILL', -1;
 }
 `;

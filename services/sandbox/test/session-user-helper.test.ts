@@ -18,7 +18,10 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { after, describe, it } from "node:test";
+import { detectListenPortsDomain, listenPortsCommand } from "../src/landlock-launcher.js";
+import { findSetpriv } from "../src/parent-death-launcher.js";
 import { runAsSessionUser } from "../src/session-user-helper.js";
+import { setprivUserArgs } from "../src/session-user-launcher.js";
 import { removeAsUser } from "../src/session-user-files.js";
 import { killAllProcessesOf } from "../src/session-user-processes.js";
 import { systemCommand } from "../src/system-command.js";
@@ -106,7 +109,15 @@ void describe("the sandbox's helpers that work as a session's uid", { skip }, ()
     assert.match(status, new RegExp(`^Groups:\\s+${UID}\\s*$`, "m"), "supplementary groups: the gid alone");
     assert.match(status, /^CapEff:\s+0+$/m);
     assert.equal(attachAsUser(helperPid), "EPERM");
-    assert.deepEqual(await helper, { status: 0, stderr: "" });
+    assert.deepEqual(await helper, { status: 0, stderr: "", pastDeadline: false });
+  });
+
+  void it("ends a helper past its deadline, saying so (one a process of the uid stopped would never end)", async () => {
+    const result = await runAsSessionUser({ user, script: "sleep 30;", deadlineMs: 200 });
+    assert.deepEqual(
+      { status: result.status, pastDeadline: result.pastDeadline },
+      { status: null, pastDeadline: true },
+    );
   });
 
   void it("refuses to run as uid 0", async () => {
@@ -121,6 +132,31 @@ void describe("the sandbox's helpers that work as a session's uid", { skip }, ()
     const exited = new Promise((resolve) => escaped.once("exit", (_code, signal) => resolve(signal)));
     assert.equal(await killAllProcessesOf(user), undefined);
     assert.equal(await exited, "SIGKILL");
+  });
+
+  // The killer and the remover run as the uid: a process of the uid could stop them (SIGSTOP), and the session would
+  // never end. A user-mode session runs in the Landlock domain of session-listen-ports.ts, whose scope forbids it.
+  void it("a process of the uid in a session's domain cannot signal one of the uid outside it, as the killer is", async () => {
+    const rule = detectListenPortsDomain().landlock;
+    assert.ok(rule, "this kernel has Landlock's network rules and scopes");
+    const outside = spawn("sleep", ["30"], { uid: UID, gid: UID, stdio: "ignore", detached: true });
+    try {
+      await until(() => commOf(String(outside.pid)) === "sleep", "a process of the uid outside the domain");
+      const [command, ...args] = listenPortsCommand(rule, [
+        findSetpriv()!,
+        ...setprivUserArgs(user),
+        "--",
+        "/usr/bin/perl",
+        "-e",
+        `print kill("STOP", ${outside.pid}) ? "stopped" : $! + 0`,
+      ]);
+      const run = spawnSync(command!, args, { encoding: "utf8" });
+      assert.equal(run.status, 0, run.stderr);
+      assert.equal(run.stdout, String(os.constants.errno.EPERM));
+      assert.match(readFileSync(`/proc/${outside.pid}/status`, "utf8"), /^State:\s+S/m, "still sleeping, not stopped");
+    } finally {
+      outside.kill("SIGKILL");
+    }
   });
 
   void it("the remover empties a tree the uid made hostile, and nothing outside it goes", async () => {

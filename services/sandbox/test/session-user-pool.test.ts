@@ -210,6 +210,40 @@ void describe("session uids", { skip }, () => {
       }
     });
 
+  // A process of the uid left alive would share the uid with the next session, which could then ptrace or signal it.
+  void it("keeps a uid whose processes it could not kill from every pool, until a later kill works", async () => {
+    const uid = BASE + 1;
+    const range = { base: uid, count: 1 };
+    let failing = true;
+    const kills: number[] = [];
+    const pool = new SessionUserPool({
+      range,
+      logger,
+      quarantineRetryMs: 50,
+      killProcesses: (user) => {
+        kills.push(user.uid);
+        return Promise.resolve(failing ? new Error("stopped past its deadline") : undefined);
+      },
+    });
+    failing = false;
+    const lease = await pool.acquire();
+    failing = true;
+    await lease.release();
+    await assert.rejects(new SessionUserPool({ range, logger }).acquire(), /every session uid from/, "still held");
+    await assert.rejects(pool.acquire(), /every session uid from/, "not this pool's to hand out either");
+    const before = kills.length;
+    await until(() => kills.length >= before + 2, "killed again, and again");
+    failing = false;
+    // Given back once a kill worked: the next start gets it.
+    let again: Awaited<ReturnType<SessionUserPool["acquire"]>> | undefined;
+    for (let i = 0; i < 80 && again === undefined; i++) {
+      again = await new SessionUserPool({ range, logger }).acquire().catch(() => undefined);
+      if (again === undefined) await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    assert.equal(again?.uid, uid, "given back once a kill worked");
+    await again.release();
+  });
+
   void it("kills a leftover of a uid that holds the uid's kept name itself: no kept session runs in the sandbox's PID namespace", async () => {
     // A user-mode session can bind any abstract name, its own uid's kept one too, hoping to outlive its sandbox.
     const uid = BASE + 3;
