@@ -175,8 +175,10 @@ void test("in a Landlock domain (where bubblewrap cannot run) a command hook rea
   assert.equal(existsSync(path.join(home, "planted")), false);
   // Scoped signals came with Landlock ABI 6 (Linux 6.12): the kernel here has it.
   assert.match(seen.signalOrchestrator!, /^unreadable: EPERM$/, "no signal leaves the domain");
-  // The sessions' seccomp filter, loaded by perl before the domain.
+  // The sessions' seccomp filter, loaded by the perl that enters the domain.
   assert.equal(seen.userNamespace, String(os.constants.errno.EPERM));
+  // Whoever runs the orchestrator, root included: no capability (raw sockets would read loopback's traffic).
+  assert.equal(seen.capabilities, "0000000000000000");
   assertKeptOffFixedPorts(seen);
   assert.deepEqual(hookIsolationGaps(isolation), []);
   assert.deepEqual(

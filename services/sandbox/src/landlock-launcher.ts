@@ -72,7 +72,7 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
 /**
  * A domain that walls the file system off, for a program the orchestrator
  * runs on its own host (a plugin's command hook, where bubblewrap cannot
- * run). Arguments: PROGRAM_HEAD's; 1 or 0 (below); how many read-only
+ * run). Arguments: PROGRAM_HEAD's; capset's number; 1 or 0 (below); how many read-only
  * paths, then them; how many writable paths, then them; then the command.
  * The domain handles every file-system right the kernel's Landlock knows
  * (ABI 1: execute to make_sym; 2: refer; 3: truncate; 5: ioctl_dev) and
@@ -86,10 +86,18 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
  * ENTER_LISTEN_PORTS_DOMAIN below, so the program listens only where the
  * kernel picks, never on a stopped service's port (session-listen-ports.ts).
  * A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try.
+ * Run by root (an orchestrator as root), the program keeps no capability:
+ * with CAP_NET_RAW or CAP_NET_ADMIN it could read the node's loopback traffic
+ * or redirect a fixed port to its own, with CAP_SYS_MODULE load a module. Its
+ * bounding set is emptied (PR_CAPBSET_DROP, 24, each; EINVAL past the last),
+ * so no exec gives root's back, its ambient set cleared (PR_CAP_AMBIENT 47,
+ * CLEAR_ALL 4), then its effective, permitted and inheritable sets (capset,
+ * _LINUX_CAPABILITY_VERSION_3, two 32-bit halves of each).
  * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
  * arm64, the two architectures LINUX_SYSCALLS (@oz0/harness/host) knows.
  */
 const ENTER_WALLED_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+my $capset = shift @ARGV;
 my $kernel_ports_only = shift @ARGV;
 my $count = shift @ARGV;
 my @read_only = splice(@ARGV, 0, $count);
@@ -120,6 +128,13 @@ sub allow {
 }
 allow($_, (1 << 0) | (1 << 2) | (1 << 3)) for @read_only, "/proc/self";
 allow($_, $fs) for @writable;
+if ($> == 0) {
+  for my $cap (0 .. 63) { syscall($prctl, 24, $cap, 0, 0, 0) }
+  syscall($prctl, 47, 4, 0, 0, 0);
+  my $header = pack("LL", 0x20080522, 0);
+  my $sets = pack("L6", 0, 0, 0, 0, 0, 0);
+  syscall($capset, $header, $sets) == 0 or fail("capset failed: $!");
+}
 `}${ENTER_AND_EXEC}`;
 
 /**
@@ -147,7 +162,7 @@ ${ALLOW_PORT_ZERO}
 /** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
 export interface Landlock {
   perlPath: string;
-  syscalls: { prctl: number; close: number };
+  syscalls: { prctl: number; close: number; capset: number };
 }
 
 /**
@@ -188,7 +203,9 @@ function detectWith(options: { perlPath?: string; program: string; needs: string
     return {
       reason: `a trial did not work (${trial.error?.message ?? (trial.stderr.replace(/^oz0 landlock: /, "").trim() || `exit ${trial.status ?? trial.signal}`)}); ${options.needs}`,
     };
-  return { landlock: { perlPath, syscalls: { prctl: syscalls.prctl, close: syscalls.close } } };
+  return {
+    landlock: { perlPath, syscalls: { prctl: syscalls.prctl, close: syscalls.close, capset: syscalls.capset } },
+  };
 }
 
 /** The programs' first three arguments: the syscall numbers, and the seccomp program to load too ("" for none). */
@@ -234,6 +251,7 @@ export function walledCommand(
     "-e",
     ENTER_WALLED_DOMAIN,
     ...head(landlock.syscalls, options.filterProgram),
+    String(landlock.syscalls.capset),
     options.kernelPortsOnly === true ? "1" : "0",
     String(options.readOnly.length),
     ...options.readOnly,

@@ -534,7 +534,7 @@ void describe("isolation setting", () => {
       fields: { sessionListenPorts: "any", sessionListenPortsReason: "the kernel's Landlock is ABI 3" },
     });
     // Landlock without the seccomp filter keeps TCP sockets off the ports, but not Multipath TCP ones.
-    const landlock = { perlPath: "/usr/bin/perl", syscalls: { prctl: 157, close: 3 } };
+    const landlock = { perlPath: "/usr/bin/perl", syscalls: { prctl: 157, close: 3, capset: 126 } };
     const works = (): ReturnType<typeof detectListenPortsDomain> => ({ landlock });
     assert.deepEqual(chooseListenPorts({ ...common, setting: "auto", detect: works }), {
       rule: landlock,

@@ -4,16 +4,17 @@
 // x86-64 and arm64, the one place the subreaper wrapper and the sandbox's
 // landlock launcher and session-uid helpers read them.
 
-/** The syscall numbers of prctl(2), close(2), setresuid(2) and setresgid(2). */
+/** The syscall numbers of prctl(2), close(2), setresuid(2), setresgid(2) and capset(2). */
 export interface LinuxSyscallNumbers {
   prctl: number;
   close: number;
   setresuid: number;
   setresgid: number;
+  capset: number;
 }
 
 /** The numbers by Node's `process.arch`. */
 export const LINUX_SYSCALLS: Partial<Record<NodeJS.Architecture, LinuxSyscallNumbers>> = {
-  x64: { prctl: 157, close: 3, setresuid: 117, setresgid: 119 },
-  arm64: { prctl: 167, close: 57, setresuid: 147, setresgid: 149 },
+  x64: { prctl: 157, close: 3, setresuid: 117, setresgid: 119, capset: 126 },
+  arm64: { prctl: 167, close: 57, setresuid: 147, setresgid: 149, capset: 91 },
 };
