@@ -213,6 +213,11 @@ function head(syscalls: Landlock["syscalls"], filterProgram?: string): string[] 
   return [String(syscalls.prctl), String(syscalls.close), filterProgram ?? ""];
 }
 
+/** Perl running `program` with PROGRAM_HEAD's arguments; the program's own and the command follow. */
+function perlRunning(landlock: Landlock, program: string, filterProgram?: string): string[] {
+  return [landlock.perlPath, "-e", program, ...head(landlock.syscalls, filterProgram)];
+}
+
 /** `inner`, starting each harness inside a Landlock domain of its own (see the top of this file). */
 export function landlockLauncher(options: { inner: HarnessLauncher; landlock: Landlock }): HarnessLauncher {
   const { inner, landlock } = options;
@@ -222,7 +227,7 @@ export function landlockLauncher(options: { inner: HarnessLauncher; landlock: La
       if (!commandIsExecutable(spec)) return inner.launch(spec);
       return inner.launch({
         ...spec,
-        command: [landlock.perlPath, "-e", ENTER_DOMAIN, ...head(landlock.syscalls), ...spec.command],
+        command: [...perlRunning(landlock, ENTER_DOMAIN), ...spec.command],
       });
     },
   };
@@ -247,10 +252,7 @@ export function walledCommand(
   },
 ): string[] {
   return [
-    landlock.perlPath,
-    "-e",
-    ENTER_WALLED_DOMAIN,
-    ...head(landlock.syscalls, options.filterProgram),
+    ...perlRunning(landlock, ENTER_WALLED_DOMAIN, options.filterProgram),
     String(landlock.syscalls.capset),
     options.kernelPortsOnly === true ? "1" : "0",
     String(options.readOnly.length),
@@ -270,11 +272,5 @@ export function listenPortsCommand(
   command: readonly string[],
   options: { filterProgram?: string | undefined } = {},
 ): string[] {
-  return [
-    landlock.perlPath,
-    "-e",
-    ENTER_LISTEN_PORTS_DOMAIN,
-    ...head(landlock.syscalls, options.filterProgram),
-    ...command,
-  ];
+  return [...perlRunning(landlock, ENTER_LISTEN_PORTS_DOMAIN, options.filterProgram), ...command];
 }

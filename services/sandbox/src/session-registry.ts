@@ -149,8 +149,8 @@ export class SessionRegistry {
   readonly #forwardBudget: ForwardBudget | undefined;
   /** The LLM origins' shared sockets, for the sessions taken over that a previous version started on them (llm-forwarder.ts). */
   readonly #listeners: SharedLlmListeners | undefined;
-  /** The LLM base URLs sessions came with, each looked at once for a port in the ephemeral range. */
-  readonly #llmUrlsSeen = new Set<string>();
+  /** The origins of the LLM base URLs sessions came with, each looked at once for a port in the ephemeral range. */
+  readonly #llmOriginsSeen = new Set<string>();
   /** The guards' reading of /proc, on a thread of its own (guard-readings.ts). */
   readonly #guardReadings = new GuardReadings();
   /** Keeps room on the sessions' disk (session-disk-guard.ts). */
@@ -544,10 +544,10 @@ export class SessionRegistry {
    */
   #warnOfLlmPortsInEphemeralRange(request: StartSession["request"] & object): void {
     const urls = [request.llm?.anthropicBaseUrl, request.llm?.openaiBaseUrl].filter(
-      (url): url is string => url !== undefined && url !== "" && !this.#llmUrlsSeen.has(url),
+      (url): url is string => url !== undefined && url !== "" && !this.#llmOriginsSeen.has(originOf(url)),
     );
     if (urls.length === 0) return;
-    for (const url of urls) this.#llmUrlsSeen.add(url);
+    for (const url of urls) this.#llmOriginsSeen.add(originOf(url));
     const rangeStart = ephemeralRangeStart();
     const exposed = servicePortsInEphemeralRange({ peers: urls, rangeStart });
     if (exposed.length > 0)
@@ -682,4 +682,13 @@ function userFor(shared: SandboxSession | undefined, pool: SessionUserPool): () 
     );
   const lease = owner.share();
   return () => Promise.resolve(lease);
+}
+
+/** A URL's origin; the URL itself when it is none (refused where it is used). */
+function originOf(url: string): string {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return url;
+  }
 }

@@ -98,18 +98,18 @@ const BLIND = 4;
 
 /**
  * Every process of the uid but the killer itself (kill(2) fails only when there was none left to signal), again
- * every 10 ms until none is alive, read from /proc by real uid (SIGKILL is carried out as each process next runs;
- * zombies aside, but a leader that exited alone while its other threads run is alive; one whose status cannot be
- * read for any reason but being gone (ENOENT, ESRCH: 2 and 3 on x86-64 and arm64; %! would load Errno) counts as alive), or the wait (its argument, in ms; by the clock, in whole
- * seconds) is over: exit 0, or OUTLIVED. A /proc that hides init (pid 1) from it hides the uid's non-dumpable
- * processes too: BLIND, once killed.
+ * every 10 ms until none is alive, read from /proc by real uid, or the wait (its argument, in ms; by the clock, in
+ * whole seconds) is over: exit 0, or OUTLIVED. SIGKILL is carried out as each process next runs. Zombies are not
+ * alive, but a leader that exited alone while its other threads run is; so is one whose status cannot be read for
+ * a reason other than being gone (ENOENT, ESRCH: 2 and 3 on x86-64 and arm64; %! would load Errno). A /proc that
+ * hides init (pid 1) from the killer hides the uid's non-dumpable processes too: BLIND, once killed.
  */
 const KILL_ALL = String.raw`
 my $wait_ms = shift @ARGV;
 my $deadline = time + int($wait_ms / 1000) + 1;
-kill 'KILL', -1;
-exit ${BLIND} unless -e "/proc/1/status";
 while (1) {
+  kill 'KILL', -1;
+  exit ${BLIND} unless -e "/proc/1/status";
   my $alive = 0;
   opendir(my $proc, "/proc") or die "cannot read /proc: $!";
   for my $pid (grep { /^\d+$/ && $_ != $$ } readdir $proc) {
@@ -135,6 +135,5 @@ while (1) {
   exit 0 unless $alive;
   exit ${OUTLIVED} if time >= $deadline;
   select(undef, undef, undef, 0.01);
-  kill 'KILL', -1;
 }
 `;
