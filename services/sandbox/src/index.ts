@@ -404,6 +404,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         // Capacity 0 first, so orchestrators place nothing more here while the running sessions end.
         await heartbeat?.stop({ drain: true });
         await registry.shutdown();
+        users?.close();
         await traceRelay?.close();
         containment?.close();
         await lifecycle?.close();

@@ -40,7 +40,7 @@ import {
 
 /**
  * The spawner's loop. Requests on stdin: "<length>\n<pid>\0<FIFO taken or
- * empty>\0<dir>\0<orphan ms>\0<extra>\0<file to read or empty>\0<hold name or empty>\0<uid or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
+ * empty>\0<dir>\0<orphan ms>\0<extra>\0<file to read or empty>\0<hold file or empty>\0<uid or empty>\0<cwd>\0<env count>\0<NAME=value>...\0<file>\0<arg>...";
  * reports on stdout: "spare <pid>" once a spare is ready, "fifo <name>" once a
  * FIFO is, "exit <pid> <code> <signal>" when a child (keeper or spare) ended.
  */

@@ -14,8 +14,6 @@ export interface ListedProcess {
   readonly uid: number;
   /** The parent's pid, as this sandbox's PID namespace numbers it (0 for a namespace's init seen from inside). */
   readonly parent: number;
-  /** How many PID namespaces deep it runs (NSpid's count): one more than this sandbox's for a bubblewrap session's. */
-  readonly pidNamespaceDepth: number;
   /** Its resident anonymous and shared memory and its swap, in bytes ({@link residentBytes}). */
   readonly residentBytes: number;
   /** The slots of its descriptor table (FDSize): never fewer than the descriptors it holds open. */
@@ -67,7 +65,6 @@ export function listProcesses(): ListedProcess[] {
       dir,
       uid: Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
       parent: Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? NaN),
-      pidNamespaceDepth: /^NSpid:\s*(.*)$/m.exec(status)?.[1]?.split(/\s+/).length ?? 1,
       residentBytes: residentBytes(counters),
       descriptorSlots: Number(/^FDSize:\s+(\d+)/m.exec(counters)?.[1] ?? 0),
     });
@@ -94,11 +91,6 @@ function liveThread(pid: string): { dir: string; status: string } | undefined {
     }
   }
   return undefined;
-}
-
-/** How many PID namespaces deep this sandbox runs. */
-export function ownPidNamespaceDepth(): number {
-  return /^NSpid:\s*(.*)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1]?.split(/\s+/).length ?? 1;
 }
 
 /** How a session's processes are found: those of its uid, every process below the given one, or as listed. */

@@ -63,7 +63,7 @@ import {
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { yieldingLauncher } from "./session-precedence.js";
 import { sessionUserLauncher } from "./session-user-launcher.js";
-import { keptHoldName, type SessionUserLease } from "./session-user-pool.js";
+import type { SessionUserLease } from "./session-user-pool.js";
 import type { SessionUser } from "./session-user-processes.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
@@ -496,7 +496,7 @@ export class SandboxSession {
                 // owner's keeper holds it for a session sharing its working directory, which ends first.
                 hold:
                   user !== undefined && !paths.sharesWorkingDir
-                    ? { uid: user.uid, name: keptHoldName(user.uid) }
+                    ? { uid: user.uid, file: user.keptLockFile }
                     : undefined,
               }),
             }

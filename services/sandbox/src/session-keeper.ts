@@ -51,9 +51,9 @@ import { systemCommand } from "./system-command.js";
 /**
  * The keeper itself, as a Perl sub: `keep($dir, $owner, $orphan_ms, $extra,
  * $read, $hold, $uid, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not
- * empty, is the abstract socket name the keeper binds for the session's
- * life: the session's uid `$uid`, held while the sandbox that took it may be
- * gone (session-user-pool.ts: keptHoldName). Before it binds it, the keeper
+ * empty, is the file the keeper locks (flock) for the session's life: the
+ * session's uid `$uid`, held while the sandbox that took it may be gone
+ * (session-uid-locks.ts; the `-kept` lock). Before it locks it, the keeper
  * ends whatever the uid still runs (left by a sandbox of the node killed
  * while its session ran in the `user` mode): a child drops to the uid
  * without an exec (no process of the uid can ptrace it) and signals every
@@ -79,10 +79,10 @@ if ($uid ne "") {
   if ($killer == 0) { $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
   waitpid($killer, 0); $? == 0 or do { print STDERR "oz0 keeper: cannot end what uid $uid still runs\n"; POSIX::_exit(125) };
 }
-# AF_UNIX and SOCK_STREAM are 1 on Linux's x86-64 and arm64 (Socket.pm costs more to load than the keeper to start); the fd is
-# close-on-exec, as every one perl opens past stderr.
+# LOCK_EX | LOCK_NB is 6 on Linux (Fcntl.pm costs more to load than the keeper to start); the fd is close-on-exec, as every
+# one perl opens past stderr, so the lock goes with the keeper alone.
 my $held;
-if ($hold ne "") { socket($held, 1, 1, 0) && bind($held, pack("S", 1) . "\0$hold") or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) } }
+if ($hold ne "") { open($held, ">>", $hold) && flock($held, 6) or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) } }
 $in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; POSIX::_exit(125) };
 open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };
 open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
@@ -449,15 +449,15 @@ export function keeperAvailable(): boolean {
   }
 }
 
-/** A session's uid as its keeper holds it: the uid, and the abstract socket name it binds (session-user-pool.ts: keptHoldName). */
+/** A session's uid as its keeper holds it: the uid, and the file it locks (SessionUserLease.keptLockFile). */
 export interface KeeperHold {
   uid: number;
-  name: string;
+  file: string;
 }
 
 /** The keeper's `$hold` and `$uid` arguments: both empty without a hold. */
 export function holdFields(hold: KeeperHold | undefined): [string, string] {
-  return hold === undefined ? ["", ""] : [hold.name, String(hold.uid)];
+  return hold === undefined ? ["", ""] : [hold.file, String(hold.uid)];
 }
 
 /** What starts a keeper without forking the sandbox: a spare from the spawner, or undefined when none is ready. */

@@ -4,105 +4,36 @@
 //
 // A uid is held host-wide, not just in this process: several sandboxes (and
 // test runs) on one host share the range, and two sessions must never share
-// a uid. The hold is an abstract Unix socket named for the uid: binding it
-// is exclusive, and the kernel drops it when its holder dies, so a sandbox
-// killed with SIGKILL leaves no stale hold. Abstract sockets belong to a
-// network namespace; sandboxes in separate containers hold separately, and
-// their sessions are apart anyway (own PID and mount namespaces).
+// a uid. The hold is a lock on a file named for the uid, in a folder only the
+// sandbox's uid enters (session-uid-locks.ts): exclusive, closed to every
+// session, and dropped by the kernel when its holder dies, so a sandbox
+// killed with SIGKILL leaves no stale hold. The folder belongs to a mount
+// namespace: sandboxes in containers of their own hold apart unless they
+// share it, and their sessions are apart anyway (own PID and mount namespaces).
 //
 // Before a uid is handed out its leftover processes (from a sandbox that was
 // killed) are killed, and when its last session ends everything it still
 // runs is killed, so a uid never carries one session's processes into another's.
-import { spawnSync } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { readFileSync } from "node:fs";
-import net from "node:net";
 import type { Logger } from "@oz0/serving";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { SandboxError } from "./sandbox-errors.js";
+import { DEFAULT_UID_LOCK_DIR, UidLocks } from "./session-uid-locks.js";
 import { removeUidLeftovers, uidsWithSystemVObjects } from "./session-user-files.js";
 import { killAllProcessesOf, uidsWithProcesses, type SessionUser } from "./session-user-processes.js";
-import { systemCommand } from "./system-command.js";
 
-function holdName(uid: number): string {
-  return `\0oz0-sandbox-session-uid-${uid}`;
+/** The lock of `uid` a sandbox holds while it hands the uid out. */
+function lockName(uid: number): string {
+  return String(uid);
 }
 
 /**
- * The name a session's keeper binds while its session runs under `uid` (bubblewrap run under session uids,
- * session-keeper.ts): the session outlives its sandbox, whose own hold dies with it, and no sandbox may hand the
- * uid out (or kill its processes as leftovers) meanwhile. Without the leading NUL, which the keeper adds.
+ * The lock a session's keeper holds while its session runs under `uid` (bubblewrap run under session uids,
+ * session-keeper.ts): the session outlives its sandbox, whose own lock dies with it, and no sandbox may hand the uid
+ * out (or kill its processes as leftovers) meanwhile.
  */
-export function keptHoldName(uid: number): string {
-  return `oz0-sandbox-session-uid-${uid}-kept`;
-}
-
-/** Whether a session's keeper holds `uid` (its session outlived the sandbox that started it). */
-async function keptByKeeper(uid: number): Promise<boolean> {
-  const server = await tryHold(uid, `\0${keptHoldName(uid)}`);
-  if (server === undefined) return true;
-  await closeHold(server);
-  return false;
-}
-
-/** Binds the uid's hold (or `name`); undefined when another holder (this process or another) has it. */
-function tryHold(uid: number, name = holdName(uid)): Promise<net.Server | undefined> {
-  return new Promise((resolve) => {
-    const server = net.createServer((socket) => socket.destroy());
-    server.once("error", () => resolve(undefined));
-    server.listen(name, () => {
-      // A hold must not keep the sandbox's event loop alive by itself.
-      server.unref();
-      resolve(server);
-    });
-  });
-}
-
-/**
- * Perl connects to each abstract name given and prints "<name> <pid> <uid>" of the process that listens on it
- * (SO_PEERCRED: the listener's credentials, whoever now holds its descriptor), or "<name> none" when nothing
- * listens (refused: bound without listening, or free) or its backlog is full (a sandbox's hold accepts at once; a
- * listener that never accepts would otherwise hold the connect, and the sandbox's start, until the timeout). Node
- * cannot read SO_PEERCRED. SOL_SOCKET 1, SO_PEERCRED 17, F_SETFL 4 and O_NONBLOCK 04000 are x86-64's and arm64's;
- * struct ucred is { pid_t, uid_t, gid_t }.
- */
-const HOLD_LISTENERS = String.raw`
-for my $name (@ARGV) {
-  socket(my $s, 1, 1, 0) or die "socket: $!";
-  fcntl($s, 4, 04000) or die "fcntl: $!";
-  if (!connect($s, pack("S a*", 1, "\0$name"))) { print "$name none\n"; next }
-  my ($pid, $uid) = unpack("lL", getsockopt($s, 1, 17) // "");
-  print defined $uid ? "$name $pid $uid\n" : "$name none\n";
-  close $s;
-}
-`;
-
-/**
- * Who listens on `uid`'s hold, which another holds: `{ pid, uid }`, or "none" when it is bound and nobody listens
- * (every sandbox's hold listens), or undefined where it cannot be told (no perl; another architecture).
- */
-function holdListener(uid: number): { pid: number; uid: number } | "none" | undefined {
-  const perl = systemCommand("perl");
-  if (perl === undefined || (process.arch !== "x64" && process.arch !== "arm64")) return undefined;
-  const name = holdName(uid).slice(1);
-  const run = spawnSync(perl, ["-e", HOLD_LISTENERS, name], { encoding: "utf8", timeout: 10_000 });
-  const [, pid, listenerUid] = new RegExp(`^${name} (\\d+|none)(?: (\\d+))?$`, "m").exec(run.stdout ?? "") ?? [];
-  if (pid === undefined) return undefined;
-  return pid === "none" ? "none" : { pid: Number(pid), uid: Number(listenerUid) };
-}
-
-/** The real uid `pid` runs under now; undefined when it is gone. */
-function uidOf(pid: number): number | undefined {
-  try {
-    const uid = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
-    return uid === undefined ? undefined : Number(uid);
-  } catch {
-    return undefined;
-  }
-}
-
-function closeHold(server: net.Server): Promise<void> {
-  return new Promise((resolve) => server.close(() => resolve()));
+function keptLockName(uid: number): string {
+  return `${uid}-kept`;
 }
 
 /** One held uid and the sessions running under it (a session sharing another's working directory runs under its uid). */
@@ -110,7 +41,6 @@ class Holding {
   holders = 1;
   constructor(
     readonly user: SessionUser,
-    readonly server: net.Server,
     readonly pool: SessionUserPool,
   ) {}
 }
@@ -130,6 +60,11 @@ export class SessionUserLease implements SessionUser {
 
   get gid(): number {
     return this.#holding.user.gid;
+  }
+
+  /** The file a keeper locks for a session under this uid that may outlive the sandbox (session-keeper.ts). */
+  get keptLockFile(): string {
+    return this.#holding.pool.keptLockFile(this.uid);
   }
 
   /** Another claim on the same uid, for a session that works in this one's directory. Throws once every claim was released. */
@@ -178,6 +113,7 @@ export class SessionUserPool {
   readonly #adopted = new Map<number, Holding>();
   /** Where the next search starts: uids go round the range, so a freed one is the last to be reused. */
   #cursor: number;
+  readonly #locks: UidLocks;
 
   constructor(options: {
     range: SessionUidRange;
@@ -193,6 +129,11 @@ export class SessionUserPool {
     killProcesses?: (user: SessionUser) => Promise<Error | undefined>;
     /** Between kills of a uid kept from the pools because its last kill failed; default 30 s. */
     quarantineRetryMs?: number;
+    /**
+     * The folder of the uids' locks, which every sandbox sharing the range must share (session-uid-locks.ts); made
+     * when missing. Default DEFAULT_UID_LOCK_DIR.
+     */
+    lockDir?: string;
   }) {
     this.range = options.range;
     this.#logger = options.logger;
@@ -201,6 +142,22 @@ export class SessionUserPool {
     this.#quarantineRetryMs = options.quarantineRetryMs ?? QUARANTINE_RETRY_MS;
     // Sandboxes starting together begin their searches apart.
     this.#cursor = randomInt(0, options.range.count);
+    this.#locks = new UidLocks({ dir: options.lockDir ?? DEFAULT_UID_LOCK_DIR, logger: options.logger });
+  }
+
+  /** The file a keeper locks while a session under `uid` that may outlive the sandbox runs. */
+  keptLockFile(uid: number): string {
+    return this.#locks.file(keptLockName(uid));
+  }
+
+  /** Lets go of the uids' locks: for a sandbox whose sessions have ended (or are kept by their keepers). */
+  close(): void {
+    this.#locks.close();
+  }
+
+  /** @internal The pid of the helper that holds the pool's locks, for the test that kills it. */
+  get lockHelperPid(): number | undefined {
+    return this.#locks.helperPid;
   }
 
   /** A uid no other session on this host holds, its leftover processes killed. */
@@ -209,16 +166,15 @@ export class SessionUserPool {
     for (let tried = 0; tried < count; tried++) {
       const uid = base + ((this.#cursor + tried) % count);
       if (this.#held.has(uid)) continue;
-      const server = await tryHold(uid);
-      if (server === undefined) continue;
-      if (await keptByKeeper(uid)) {
-        await closeHold(server);
+      if (!(await this.#locks.lock(lockName(uid)))) continue;
+      if (!(await this.#locks.isFree(keptLockName(uid)))) {
+        await this.#locks.unlock(lockName(uid));
         continue;
       }
       this.#cursor = (this.#cursor + tried + 1) % count;
       this.#held.add(uid);
       const user = { uid, gid: uid };
-      const holding = new Holding(user, server, this);
+      const holding = new Holding(user, this);
       // What a killed sandbox's session of the uid left runs no more, nor lies where the next session would find it.
       if (!this.#contained && !(await this.#clean(user))) {
         this.#quarantine(holding);
@@ -252,10 +208,9 @@ export class SessionUserPool {
       );
     for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
       if (this.#held.has(uid)) break;
-      const server = await tryHold(uid);
-      if (server !== undefined) {
+      if (await this.#locks.lock(lockName(uid))) {
         this.#held.add(uid);
-        const holding = new Holding({ uid, gid: uid }, server, this);
+        const holding = new Holding({ uid, gid: uid }, this);
         this.#adopted.set(uid, holding);
         return new SessionUserLease(holding);
       }
@@ -274,16 +229,13 @@ export class SessionUserPool {
     let cleared = 0;
     const withProcesses = uidsWithProcesses(this.range);
     const withObjects = this.#contained ? new Set<number>() : uidsWithSystemVObjects(this.range);
-    for (const uid of new Set([...withProcesses.keys(), ...withObjects])) {
+    for (const uid of new Set([...withProcesses, ...withObjects])) {
       if (this.#held.has(uid)) continue;
-      const server = (await tryHold(uid)) ?? (await this.#takeBackFromSession(uid));
-      if (server === undefined) continue; // another sandbox's running session
-      // A session that outlived its sandbox, under its keeper: its processes are all in its own PID namespace. One of
-      // the uid's in this namespace is not a kept session's, whoever holds the name (a user-mode session can bind it).
-      // A uid that runs nothing is no kept session's, whoever holds the name.
-      const processes = withProcesses.get(uid);
-      if (processes !== undefined && !processes.inOwnPidNamespace && (await keptByKeeper(uid))) {
-        await closeHold(server);
+      if (!(await this.#locks.lock(lockName(uid)))) continue; // another sandbox's running session
+      // A session that outlived its sandbox, under its keeper, which ended what else the uid ran before it took the
+      // lock (and no session can take a lock: session-uid-locks.ts).
+      if (!(await this.#locks.isFree(keptLockName(uid)))) {
+        await this.#locks.unlock(lockName(uid));
         continue;
       }
       const user = { uid, gid: uid };
@@ -291,10 +243,10 @@ export class SessionUserPool {
       else await this.#clean(user);
       if (this.#unkillable.has(uid)) {
         this.#held.add(uid);
-        this.#quarantine(new Holding(user, server, this));
+        this.#quarantine(new Holding(user, this));
         continue;
       }
-      await closeHold(server);
+      await this.#locks.unlock(lockName(uid));
       cleared++;
     }
     return cleared;
@@ -359,48 +311,9 @@ export class SessionUserPool {
   }
 
   async #letGo(holding: Holding): Promise<void> {
-    await closeHold(holding.server);
+    await this.#locks.unlock(lockName(holding.user.uid));
     this.#held.delete(holding.user.uid);
     if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
-  }
-
-  /**
-   * The hold of `uid`, when a session's process took it rather than a sandbox: a process that outlived its killed
-   * sandbox can bind its own uid's name (any abstract name is open to it), and would then be passed over as another
-   * sandbox's running session by every start after, alive for good. A hold whose listener runs under a uid of the
-   * range, or that nobody listens on (twice, 50 ms apart: a sandbox binds and listens at once), is a session's: the
-   * listener and the uid's processes are killed, and the hold taken. Undefined: a sandbox holds it (or, after
-   * that, it could not be taken: logged).
-   */
-  async #takeBackFromSession(uid: number): Promise<net.Server | undefined> {
-    const { base, count } = this.range;
-    const inRange = (id: number): boolean => id >= base && id < base + count;
-    let listener = holdListener(uid);
-    if (listener === "none") {
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      listener = holdListener(uid);
-    }
-    if (listener === undefined || (listener !== "none" && !inRange(listener.uid))) return undefined;
-    this.#logger.warn(
-      { uid, holder: listener === "none" ? "bound, not listening" : listener },
-      "a session's process held its uid's hold, to outlive its sandbox: killing it and the uid's processes",
-    );
-    // The listener's pid is as it was at listen(): killed only while a process of that uid still has it.
-    if (listener !== "none" && uidOf(listener.pid) === listener.uid) {
-      try {
-        process.kill(listener.pid, "SIGKILL");
-      } catch {
-        // gone already
-      }
-    }
-    await this.killAll({ uid, gid: uid });
-    for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
-      const server = await tryHold(uid);
-      if (server !== undefined) return server;
-      await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
-    }
-    this.#logger.warn({ uid }, "a session uid's hold is still held by a process that is no sandbox's: uid left alone");
-    return undefined;
   }
 
   /** @internal Called by the last lease of a holding. */

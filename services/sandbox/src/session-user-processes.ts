@@ -4,7 +4,7 @@
 // as that uid calls kill(-1, SIGKILL), and the kernel signals every process
 // of the uid in one pass that a fork cannot slip past (a process with a
 // pending SIGKILL cannot complete a fork).
-import { listProcesses, ownPidNamespaceDepth } from "./process-list.js";
+import { listProcesses } from "./process-list.js";
 import type { SessionUidRange } from "./sandbox-config.js";
 import { runAsSessionUser } from "./session-user-helper.js";
 
@@ -14,20 +14,10 @@ export interface SessionUser {
   readonly gid: number;
 }
 
-/**
- * The uids in the range whose processes are still alive (zombies aside), by real uid, read from /proc; each with
- * whether one of them runs in this process's own PID namespace (not in a bubblewrap session's, below it).
- */
-export function uidsWithProcesses(range: SessionUidRange): Map<number, { inOwnPidNamespace: boolean }> {
-  const found = new Map<number, { inOwnPidNamespace: boolean }>();
-  const processes = listProcesses();
-  if (processes.length === 0) return found;
-  const ownDepth = ownPidNamespaceDepth();
-  for (const { uid, pidNamespaceDepth } of processes) {
-    if (uid < range.base || uid >= range.base + range.count) continue;
-    const here = pidNamespaceDepth === ownDepth;
-    found.set(uid, { inOwnPidNamespace: here || found.get(uid)?.inOwnPidNamespace === true });
-  }
+/** The uids in the range whose processes are still alive (zombies aside), by real uid, read from /proc. */
+export function uidsWithProcesses(range: SessionUidRange): Set<number> {
+  const found = new Set<number>();
+  for (const { uid } of listProcesses()) if (uid >= range.base && uid < range.base + range.count) found.add(uid);
   return found;
 }
 

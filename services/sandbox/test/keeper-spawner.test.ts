@@ -8,7 +8,6 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
-import net from "node:net";
 import path from "node:path";
 import type { Readable } from "node:stream";
 import { after, it } from "node:test";
@@ -16,7 +15,7 @@ import { KeeperSpawner } from "../src/keeper-spawner.js";
 import { keeperAvailable, keeperSpawn, type KeeperHold, type KeptChild } from "../src/session-keeper.js";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { setprivUserArgs } from "../src/session-user-launcher.js";
-import { recordingLogger } from "./sandbox-test-kit.js";
+import { fileLocked, recordingLogger } from "./sandbox-test-kit.js";
 
 const root = mkdtempSync(path.join(os.tmpdir(), "oz0-keeper-spawner-"));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -192,15 +191,6 @@ void it("starts the keeper itself when no spare is ready", { skip }, async () =>
   assert.equal(info(), "fd\n");
 });
 
-/** Whether an abstract socket name is bound by anyone (the session-uid pool's test: it binds it, then lets go). */
-function bound(name: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once("error", () => resolve(true));
-    server.listen(`\0${name}`, () => server.close(() => resolve(false)));
-  });
-}
-
 /** Alive and not a zombie. */
 function alive(pid: number): boolean {
   try {
@@ -247,12 +237,12 @@ void it(
     const leftovers: number[] = [];
     const keepers: KeptChild[] = [];
     try {
-      const fromSpareHold = { uid: base, name: `oz0-keeper-test-${process.pid}-spare` };
+      const fromSpareHold = { uid: base, file: path.join(root, "spare.lock") };
       const fromSpareLeftover = await leftoverAs(fromSpareHold.uid);
       leftovers.push(fromSpareLeftover);
       const spared = await fromSpare(spawner, "session-hold-1", 'read line; echo "$line"', fromSpareHold);
       keepers.push(spared);
-      const itselfHold = { uid: base + 1, name: `oz0-keeper-test-${process.pid}-itself` };
+      const itselfHold = { uid: base + 1, file: path.join(root, "itself.lock") };
       const itselfLeftover = await leftoverAs(itselfHold.uid);
       leftovers.push(itselfLeftover);
       const dir = path.join(root, "session-hold-2");
@@ -263,13 +253,13 @@ void it(
         { cwd: root, env: {}, stdio: ["pipe", "pipe", "pipe"] },
       );
       keepers.push(itself);
-      for (const [kept, { name }, leftover] of [
+      for (const [kept, { file }, leftover] of [
         [spared, fromSpareHold, fromSpareLeftover],
         [itself, itselfHold, itselfLeftover],
       ] as const) {
         // Bound before the command runs, which it reads its line from only then.
-        for (let waited = 0; !(await bound(name)); waited += 20) {
-          assert.ok(waited < 5_000, `${name} was never held`);
+        for (let waited = 0; !fileLocked(file); waited += 20) {
+          assert.ok(waited < 5_000, `${file} was never locked`);
           await new Promise((resolve) => setTimeout(resolve, 20));
         }
         // Killed before the hold was taken: gone, or a zombie its init has yet to reap.
@@ -283,9 +273,9 @@ void it(
         kept.stdin.end();
         assert.deepEqual(await ending, [0, null]);
         await new Promise((resolve) => setImmediate(resolve));
-        assert.equal(await bound(name), false, `${name} is let go with the session`);
-        // The command never holds the hold itself.
-        if (kept === itself) assert.doesNotMatch(out(), /socket:/);
+        assert.equal(fileLocked(file), false, `${file} is let go with the session`);
+        // The command never holds the lock itself.
+        if (kept === itself) assert.doesNotMatch(out(), /\.lock/);
       }
     } finally {
       for (const pid of leftovers) if (alive(pid)) process.kill(pid, "SIGKILL");

@@ -1,6 +1,7 @@
 // Shared by the sandbox tests: a real sandbox on loopback, a gRPC client,
 // and a RunSession stream the test drives message by message.
-import { spawn, type ChildProcess, type IOType } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess, type IOType } from "node:child_process";
+import { once } from "node:events";
 import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -307,4 +308,25 @@ export function recordingLogger(): { logger: Logger; lines: LogLine[] } {
     } as unknown as Logger;
   };
   return { logger: make(), lines };
+}
+
+/** Whether someone holds an exclusive flock on `file` (a session uid's lock, session-uid-locks.ts). */
+export function fileLocked(file: string): boolean {
+  // LOCK_SH | LOCK_NB: refused only while another holds it exclusively. Exit 2: no such file, so nobody holds it.
+  const tried = spawnSync("perl", ["-e", 'open(my $f, "<", $ARGV[0]) or exit 2; exit(flock($f, 5) ? 0 : 1)', file]);
+  return tried.status === 1;
+}
+
+/** A process holding an exclusive flock on `file`, as a session's keeper holds its uid's `-kept` lock; resolves once it does. */
+export async function lockHolder(file: string): Promise<ChildProcess> {
+  const holder = spawn(
+    "perl",
+    ["-e", '$| = 1; my $f; open($f, ">>", $ARGV[0]) && flock($f, 6) or die "$!"; print "locked\\n"; sleep 600', file],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
+  const [line] = await once(createInterface({ input: holder.stdout! }), "line");
+  if (line !== "locked") throw new Error(`could not lock ${file}`);
+  return holder;
 }

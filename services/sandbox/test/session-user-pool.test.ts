@@ -2,15 +2,17 @@
 // same uid), given back when the last session under one ends, and never
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
-import net from "node:net";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { describe, it } from "node:test";
 import { createLogger } from "@oz0/serving";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { SandboxError } from "../src/sandbox-errors.js";
 import { setprivUserArgs } from "../src/session-user-launcher.js";
-import { keptHoldName, SessionUserPool } from "../src/session-user-pool.js";
+import { SessionUserPool } from "../src/session-user-pool.js";
+import { fileLocked, lockHolder, recordingLogger } from "./sandbox-test-kit.js";
 
 const skip =
   process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv (util-linux)" : false;
@@ -53,47 +55,12 @@ function processAs(uid: number): number {
   return child.pid!;
 }
 
-/**
- * A process running as `uid` that binds the abstract socket `name`, as a leftover could: and listens on it, or not,
- * or listens with its backlog filled by its own connections, never accepting.
- */
-function holderAs(uid: number, name: string, how: "listening" | "bound" | "full"): number {
-  const listen = { listening: "s.listen()\n", bound: "", full: "s.listen(0)\n" }[how];
-  const fill =
-    how === "full"
-      ? `cs = [socket.socket(socket.AF_UNIX) for _ in range(3)]\nfor c in cs:\n  c.setblocking(False)\n  try: c.connect(${JSON.stringify(name)})\n  except OSError: pass\n`
-      : "";
-  const program = `import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(${JSON.stringify(name)})\n${listen}${fill}time.sleep(600)`;
-  const child = spawn(
-    findSetpriv()!,
-    [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/python3", "-c", program],
-    {
-      detached: true,
-      stdio: "ignore",
-    },
-  );
-  child.unref();
-  return child.pid!;
-}
-
-/** Whether `pid` holds the Unix socket named `path` in /proc/net/unix (an abstract one starts with @). */
-function holds(pid: number, path: string): boolean {
-  try {
-    const inodes = readFileSync("/proc/net/unix", "utf8")
-      .split("\n")
-      .map((line) => line.trim().split(/\s+/))
-      .filter((fields) => fields[7] === path)
-      .map((fields) => fields[6]);
-    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
-      try {
-        return inodes.some((inode) => readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`);
-      } catch {
-        return false;
-      }
-    });
-  } catch {
-    return false;
-  }
+/** Ends a lock holder and waits until it is gone (its lock with it). */
+async function release(holder: ChildProcess): Promise<void> {
+  if (holder.exitCode !== null || holder.signalCode !== null) return;
+  const gone = new Promise((resolve) => holder.once("exit", resolve));
+  holder.kill("SIGKILL");
+  await gone;
 }
 
 /** A process running as `uid` in a PID namespace of its own, as a kept bubblewrap session's do; its pid on the node. */
@@ -186,29 +153,103 @@ void describe("session uids", { skip }, () => {
     await until(() => !processAlive(alive), "its own sandbox killed it when it gave the uid back");
   });
 
-  // A process that outlived its killed sandbox binds its own uid's hold (any abstract name is open to it), to be passed
-  // over as another sandbox's running session by every start after: alive for good.
-  // One whose backlog is full, never accepting, would hold a blocking connect (and the sandbox's start).
-  for (const [offset, how] of [
-    [1, "listening"],
-    [2, "bound"],
-    [3, "full"],
-  ] as const)
-    void it(`kills a leftover that holds its own uid's hold (${how}), and takes the uid back`, async () => {
-      const uid = BASE + offset;
-      const squatter = holderAs(uid, `\0oz0-sandbox-session-uid-${uid}`, how);
-      try {
-        await until(() => holds(squatter, `@oz0-sandbox-session-uid-${uid}`), "the leftover holds its uid's hold");
-        const pool = new SessionUserPool({ range: { base: uid, count: 1 }, logger });
-        assert.equal(await pool.clearLeftovers(), 1);
-        await until(() => !processAlive(squatter), "the leftover was killed");
-        const lease = await pool.acquire();
-        assert.equal(lease.uid, uid, "the uid is the sandbox's to hand out again");
-        await lease.release();
-      } finally {
-        if (processAlive(squatter)) process.kill(squatter, "SIGKILL");
-      }
+  // The holds were abstract socket names once, which any process could bind: a session bound every free uid's, and no
+  // session could start on the host until it ended; a leftover bound its own uid's, to be passed over for good.
+  void it("keeps its uids' locks where no process of a session uid can open, list, lock or replace them", async () => {
+    const uid = BASE + 1;
+    const pool = new SessionUserPool({ range: { base: uid, count: 1 }, logger });
+    const keptFile = pool.keptLockFile(uid);
+    const dir = path.dirname(keptFile);
+    const tried = spawnSync(
+      findSetpriv()!,
+      [
+        ...setprivUserArgs({ uid, gid: uid }),
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        [
+          "import fcntl, json, os, sys",
+          "dir, kept, uid = sys.argv[1], sys.argv[2], sys.argv[3]",
+          "def attempt(what):",
+          "  try: what(); return 'done'",
+          "  except OSError as e: return e.__class__.__name__",
+          "print(json.dumps({",
+          "  'list': attempt(lambda: os.listdir(dir)),",
+          "  'open': attempt(lambda: open(os.path.join(dir, uid), 'a')),",
+          "  'lock': attempt(lambda: fcntl.flock(open(kept, 'a'), fcntl.LOCK_EX)),",
+          "  'replace': attempt(lambda: os.rename(dir, dir + '.x')),",
+          "}))",
+        ].join("\n"),
+        dir,
+        keptFile,
+        String(uid),
+      ],
+      { encoding: "utf8" },
+    );
+    assert.equal(tried.status, 0, tried.stderr);
+    assert.deepEqual(JSON.parse(tried.stdout), {
+      list: "PermissionError",
+      open: "PermissionError",
+      lock: "PermissionError",
+      replace: "PermissionError",
     });
+    const lease = await pool.acquire();
+    assert.equal(lease.uid, uid);
+    assert.equal(fileLocked(path.join(dir, String(uid))), true, "the uid's lock is held while it is out");
+    await lease.release();
+    assert.equal(fileLocked(path.join(dir, String(uid))), false, "and let go with it");
+  });
+
+  void it("refuses a lock folder that another uid could enter or replace, saying what to do", () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), "oz0-uid-locks-"));
+    try {
+      const lockDir = path.join(parent, "locks");
+      new SessionUserPool({ range: { base: BASE, count: 1 }, logger, lockDir });
+      chmodSync(lockDir, 0o755);
+      assert.throws(
+        () => new SessionUserPool({ range: { base: BASE, count: 1 }, logger, lockDir }),
+        (error: unknown) =>
+          error instanceof SandboxError &&
+          error.code === "failed_precondition" &&
+          error.message.includes(`${lockDir} must be a directory owned by uid 0 that nobody else can enter`) &&
+          error.message.includes("mode 0755") &&
+          /remove it and restart the sandbox/.test(error.message),
+      );
+      chmodSync(lockDir, 0o700);
+      chmodSync(parent, 0o777);
+      assert.throws(
+        () => new SessionUserPool({ range: { base: BASE, count: 1 }, logger, lockDir }),
+        new RegExp(`${parent} must be a directory owned by uid 0 that nobody else can write`),
+      );
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+
+  void it("takes its locks again when their helper dies, so another sandbox still cannot take a uid in use", async () => {
+    const range = { base: BASE + 2, count: 1 };
+    const { logger: recording, lines } = recordingLogger();
+    const pool = new SessionUserPool({ range, logger: recording });
+    const lease = await pool.acquire();
+    const first = pool.lockHelperPid!;
+    // A helper that lived under a second is started again a second later (one that cannot start at all must not spin).
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    process.kill(first, "SIGKILL");
+    const lockFile = path.join(path.dirname(pool.keptLockFile(range.base)), String(range.base));
+    await until(() => pool.lockHelperPid !== undefined && pool.lockHelperPid !== first, "a new helper runs");
+    await until(() => fileLocked(lockFile), "the new helper holds the uid again");
+    assert.ok(lines.some((line) => line.msg === "the session uid lock helper died: taking its locks again"));
+    await assert.rejects(new SessionUserPool({ range, logger }).acquire(), /every session uid from/);
+    await lease.release();
+    const again = await new SessionUserPool({ range, logger }).acquire();
+    assert.equal(again.uid, range.base);
+    await again.release();
+    // A sandbox that stops ends its helper, which would otherwise wait for the process's end.
+    const helper = pool.lockHelperPid!;
+    pool.close();
+    await until(() => !processAlive(helper), "the helper ended with its pool");
+    await assert.rejects(pool.acquire(), /shutting down/);
+  });
 
   // A process of the uid left alive would share the uid with the next session, which could then ptrace or signal it.
   void it("keeps a uid whose processes it could not kill from every pool, until a later kill works", async () => {
@@ -244,31 +285,14 @@ void describe("session uids", { skip }, () => {
     await again.release();
   });
 
-  void it("kills a leftover of a uid that holds the uid's kept name itself: no kept session runs in the sandbox's PID namespace", async () => {
-    // A user-mode session can bind any abstract name, its own uid's kept one too, hoping to outlive its sandbox.
-    const uid = BASE + 3;
-    const kept = net.createServer();
-    await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
-    const leftover = processAs(uid);
-    try {
-      await until(() => runningAs(leftover, uid), "the leftover runs as its uid");
-      assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
-      await until(() => !processAlive(leftover), "the leftover was killed");
-    } finally {
-      kept.close();
-      if (processAlive(leftover)) process.kill(leftover, "SIGKILL");
-    }
-  });
-
   void it("leaves a uid its session's keeper holds to it while no sandbox does, and lets the restarted one take it over", async () => {
     // A session under bubblewrap outlived its sandbox: its keeper holds the uid (session-keeper.ts), nothing else.
     const uid = BASE + 2;
     const range = { base: uid, count: 1 };
-    const kept = net.createServer();
-    await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
+    const another = new SessionUserPool({ range, logger });
+    const kept = await lockHolder(another.keptLockFile(uid));
     const session = await inPidNamespaceAs(uid);
     try {
-      const another = new SessionUserPool({ range, logger });
       assert.equal(await another.clearLeftovers(), 0);
       await assert.rejects(another.acquire(), (error: unknown) => error instanceof SandboxError);
       assert.equal(processAlive(session), true, "another sandbox neither killed it nor handed its uid out");
@@ -286,13 +310,13 @@ void describe("session uids", { skip }, () => {
       );
       await assert.rejects(restarted.adopt(uid + 1), /not in this sandbox's session uid range/);
       // The sessions ended: the keeper let go, and the sandbox gives the uid back with the last claim.
-      await new Promise<void>((resolve) => kept.close(() => resolve()));
+      await release(kept);
       await lease.release();
       assert.equal(processAlive(session), true, "the uid is still the sharer's");
       await sharer.release();
       await until(() => !processAlive(session), "what the uid still ran was killed when it was given back");
     } finally {
-      kept.close();
+      await release(kept);
       if (processAlive(session)) process.kill(session, "SIGKILL");
     }
   });
@@ -322,14 +346,7 @@ void describe("session uids", { skip }, () => {
     assert.equal(made.status, 0, made.stderr);
     const left = JSON.parse(made.stdout) as { shm: number; sem: number; file: string };
     assert.ok(systemVIds("shm").includes(left.shm) && systemVIds("sem").includes(left.sem) && existsSync(left.file));
-    // A uid that runs nothing is no kept session's: binding its kept name (anyone may) does not keep its leftovers.
-    const kept = net.createServer();
-    await new Promise<void>((resolve) => kept.listen(`\0${keptHoldName(uid)}`, resolve));
-    try {
-      assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
-    } finally {
-      kept.close();
-    }
+    assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
     assert.equal(systemVIds("shm").includes(left.shm), false, "the segment was removed");
     assert.equal(systemVIds("sem").includes(left.sem), false, "the semaphore set was removed");
     assert.equal(existsSync(left.file), false, "the file in /dev/shm was removed");
