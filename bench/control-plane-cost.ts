@@ -6,7 +6,7 @@
 // `oz0 run` does. Each service's CPU is read from /proc/<pid>/stat (user +
 // system, all its threads) before and after a round and divided by the jobs
 // in it (the sandbox's with its keeper spawner, a helper process that forks
-// the sessions' keepers for it); the sessions' own processes (the harness,
+// the sessions' keepers for it, and its uid lock helper); the sessions' own processes (the harness,
 // bubblewrap, the in-sandbox LLM forwarder, the keepers) are not in it, nor is this process (the client
 // and the scripted model, printed apart). The baseline, in each round: the
 // same harness session (same request, same two model turns, same tool call)
@@ -266,9 +266,9 @@ const read = (pids: Record<StackServiceName, number>): Reading =>
     SERVICES.map((name) => {
       const own = { ...readProcessCpu(pids[name], ticks), wakeups: readProcessWakeups(pids[name]) };
       if (name !== "sandbox") return [name, own];
-      // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts): its own CPU
-      // and wake-ups are the sandbox's.
-      const helpers = keeperSpawners(pids[name]).map((pid) => ({
+      // The sandbox's keeper spawner forks the sessions' keepers for it (services/sandbox/src/keeper-spawner.ts), and its
+      // uid lock helper holds their uids: their own CPU and wake-ups are the sandbox's.
+      const helpers = sandboxHelpers(pids[name]).map((pid) => ({
         cpu: readProcessCpu(pid, ticks),
         wakeups: readProcessWakeups(pid).all,
       }));
@@ -286,13 +286,17 @@ const read = (pids: Record<StackServiceName, number>): Reading =>
 
 type Wakeups = Record<StackServiceName, { main: number; all: number }>;
 
-/** The sandbox's keeper spawner (a Perl child of it, running the spawner's loop), found among its children. */
-function keeperSpawners(sandboxPid: number): number[] {
+/**
+ * The sandbox's Perl helpers, found among its children: its keeper spawner (the spawner's loop) and the helper that
+ * holds its session uids' locks (services/sandbox/src/session-uid-locks.ts).
+ */
+function sandboxHelpers(sandboxPid: number): number[] {
   const pids: number[] = [];
   try {
     for (const task of readdirSync(`/proc/${sandboxPid}/task`))
       for (const child of readFileSync(`/proc/${sandboxPid}/task/${task}/children`, "utf8").split(" ").filter(Boolean))
-        if (readFileSync(`/proc/${child}/cmdline`, "utf8").includes("sub add_spare")) pids.push(Number(child));
+        if (/sub add_spare|# oz0 session uid locks/.test(readFileSync(`/proc/${child}/cmdline`, "utf8")))
+          pids.push(Number(child));
   } catch {
     // A child that ended meanwhile, or no /proc/<pid>/task/<tid>/children (a kernel without it): counted as none.
   }
@@ -577,7 +581,7 @@ async function perfPass(api: Api, pids: Record<StackServiceName, number>, logs: 
   const perJob = (n: number): string => ms((n * 1000) / PERF_FREQUENCY / jobs);
   const groups: [string, Set<number>][] = SERVICES.map((name) => [
     name,
-    new Set([pids[name], ...(name === "sandbox" ? keeperSpawners(pids.sandbox) : [])]),
+    new Set([pids[name], ...(name === "sandbox" ? sandboxHelpers(pids.sandbox) : [])]),
   ]);
   groups.push(["this process", new Set([process.pid])]);
   const known = new Set(groups.flatMap(([, set]) => [...set]));

@@ -177,8 +177,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     isolation.mode === "none"
       ? detectLandlock()
       : { reason: "not needed: sessions run under bwrap or a uid of their own" };
-  // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes them meanwhile.
-  const killedLeftovers = ((await users?.clearLeftovers()) ?? 0) + ((await containment?.removeLeftovers()) ?? 0);
+  const removedContainers = (await containment?.removeLeftovers()) ?? 0;
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   const range = `${uids.base}-${uids.base + uids.count - 1}`;
@@ -341,6 +340,10 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   });
   // Sessions a previous run left running under their keepers are taken over; everything else it left is removed.
   const adopted = await registry.adoptSessions();
+  // What a killed previous run's sessions still run is killed before their directories are removed, so nothing changes
+  // them meanwhile; after the takeover, whose sessions' uids this pool then holds (a session kept by an earlier version's
+  // keeper, which held its uid otherwise, is one of them).
+  const killedLeftovers = ((await users?.clearLeftovers()) ?? 0) + removedContainers;
   const removedStale = await removeStaleSessions(root, { keep: new Set(adopted) });
   if (removedStale > 0 || killedLeftovers > 0)
     logger.warn(

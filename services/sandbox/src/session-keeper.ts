@@ -53,7 +53,7 @@ import { systemCommand } from "./system-command.js";
  * $read, $hold, $uid, $cwd, \%env, $in, @cmd)` never returns. `$hold`, when not
  * empty, is the file the keeper locks (flock) for the session's life: the
  * session's uid `$uid`, held while the sandbox that took it may be gone
- * (session-uid-locks.ts; the `-kept` lock). Before it locks it, the keeper
+ * (session-uid-locks.ts; the `-kept` lock). Once it holds it, the keeper
  * ends whatever the uid still runs (left by a sandbox of the node killed
  * while its session ran in the `user` mode): a child drops to the uid
  * without an exec (no process of the uid can ptrace it) and signals every
@@ -74,15 +74,26 @@ export const KEEP_SUB = String.raw`
 use strict; use POSIX ();
 sub keep {
 my ($dir, $owner, $orphan_ms, $extra, $read, $hold, $uid, $cwd, $env, $in, @cmd) = @_;
+# LOCK_EX | LOCK_NB is 6 on Linux (Fcntl.pm costs more to load than the keeper to start); the fd is close-on-exec, as every
+# one perl opens past stderr, so the lock goes with the keeper alone. Whoever lets such a file go removes it while still
+# locking it (session-uid-locks.ts): the lock counts once the name is still the file locked.
+my $held;
+if ($hold ne "") {
+  my $locked;
+  for (1 .. 3) {
+    open($held, ">>", $hold) && flock($held, 6) or last;
+    my @file = stat($held); my @name = stat($hold);
+    if (@name && $file[0] == $name[0] && $file[1] == $name[1]) { $locked = 1; last }
+    close $held;
+  }
+  $locked or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) };
+}
+# Held first, so no sandbox takes the uid for another session while this one ends what the uid still runs.
 if ($uid ne "") {
   my $killer = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
   if ($killer == 0) { $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
   waitpid($killer, 0); $? == 0 or do { print STDERR "oz0 keeper: cannot end what uid $uid still runs\n"; POSIX::_exit(125) };
 }
-# LOCK_EX | LOCK_NB is 6 on Linux (Fcntl.pm costs more to load than the keeper to start); the fd is close-on-exec, as every
-# one perl opens past stderr, so the lock goes with the keeper alone.
-my $held;
-if ($hold ne "") { open($held, ">>", $hold) && flock($held, 6) or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) } }
 $in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; POSIX::_exit(125) };
 open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };
 open(my $err, ">>", "$dir/stderr") or do { print STDERR "oz0 keeper: cannot open $dir/stderr: $!\n"; POSIX::_exit(125) };
@@ -157,6 +168,8 @@ while (@copies && time() < $until) {
   last if $n == 0;
   $copy_ready->($rout) if $n > 0;
 }
+# The session has ended: its uid's lock goes, and its file with it.
+unlink $hold if $hold ne "";
 my ($code, $sig) = ($status & 127) ? ("", $status & 127) : ($status >> 8, "");
 if (open(my $x, ">", "$dir/exit.tmp")) { print $x "$code $sig\n"; close $x; rename "$dir/exit.tmp", "$dir/exit" }
 $SIG{$_} = "DEFAULT" for qw(TERM INT HUP);

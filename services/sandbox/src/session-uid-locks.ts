@@ -29,24 +29,60 @@ import { perl } from "./session-keeper.js";
 export const DEFAULT_UID_LOCK_DIR = "/run/oz0-sandbox/session-uids";
 
 /**
- * The helper. Requests, one a line: "L <name>" locks the file <name> (and answers 1) unless another holds it (0);
- * "U <name>" lets it go (1); "F <name>" answers 1 when nobody holds it (locking and letting go at once), 0 when
- * someone does. "E <why>" answers a request that failed. A name this helper holds already is another's to a new
- * lock too: flock belongs to the open file, not the process.
+ * The helper. Requests, one a line: "L <name>" locks the file <name> and answers 1, or 0 when another holds it;
+ * "L <name> <other>" does so only while nobody holds <other> (a uid whose keeper holds its `-kept` lock is not
+ * free), answering 0 otherwise; "U <name>" lets <name> go, with no answer. "E <why>" answers a request that failed.
+ * A name this helper holds already is another's to a new lock too: flock belongs to the open file, not the process.
+ * One round trip a uid taken, none a uid given back: each wakes the sandbox's event loop.
+ *
+ * A file is removed by whoever lets it go, while still locking it (a range of 65,536 uids would otherwise leave
+ * twice as many files on /run's tmpfs); so a lock counts only once the name is still the file locked, and a probe of
+ * <other> creates nothing. The helper lives in the folder (no path is looked up twice), in a process group of its own,
+ * and ignores the signals that stop the sandbox's group (Ctrl-C, systemd's SIGTERM to the unit): it must hold the uids
+ * until the sandbox has ended their sessions, and ends at the end of its stdin.
  */
 const LOCK_HELPER = String.raw`
+# oz0 session uid locks
 use strict; use Fcntl qw(O_RDWR O_CREAT O_NOFOLLOW LOCK_EX LOCK_NB);
+$SIG{$_} = "IGNORE" for qw(TERM INT HUP PIPE);
 $| = 1;
-my ($dir) = @ARGV;
+chdir $ARGV[0] or die "cannot enter $ARGV[0]: $!\n";
 my %held;
+# An exclusive lock on the file <name>, as an open handle (closing it lets go); undef when another holds it, or, unless
+# $create, when there is no such file.
+sub take {
+  my ($name, $create) = @_;
+  for (1 .. 3) {
+    if (!sysopen(my $fh, $name, O_RDWR | ($create ? O_CREAT : 0) | O_NOFOLLOW, 0600)) {
+      return undef if !$create && $!{ENOENT};
+      die "cannot open $name: $!\n";
+    } elsif (!flock($fh, LOCK_EX | LOCK_NB)) {
+      $!{EWOULDBLOCK} or die "cannot lock $name: $!\n";
+      return undef;
+    } else {
+      # Its holder removed the file as it let go: the name is another file's now, or none's.
+      my @locked = stat($fh); my @named = lstat($name);
+      return $fh if @named && $locked[0] == $named[0] && $locked[1] == $named[1];
+    }
+  }
+  die "cannot lock $name: removed and made again under this helper three times running\n";
+}
 while (my $line = <STDIN>) {
   chomp $line;
-  my ($op, $name) = $line =~ /^([LUF]) (\d+(?:-kept)?)$/ or do { print "E bad request\n"; next };
-  if ($op eq "U") { close(delete $held{$name}) if $held{$name}; print "1\n"; next }
-  sysopen(my $fh, "$dir/$name", O_RDWR | O_CREAT | O_NOFOLLOW, 0600) or do { print "E cannot open $dir/$name: $!\n"; next };
-  if (!flock($fh, LOCK_EX | LOCK_NB)) { print $!{EWOULDBLOCK} ? "0\n" : "E cannot lock $dir/$name: $!\n"; next }
-  $held{$name} = $fh if $op eq "L";
-  print "1\n";
+  my ($op, $name, $unless) = $line =~ /^([LU]) (\d+(?:-kept)?)(?: (\d+-kept))?$/ or do { print "E bad request\n"; next };
+  if ($op eq "U") { if (my $fh = delete $held{$name}) { unlink $name; close $fh } next }
+  my $fh = eval {
+    my $fh = take($name, 1);
+    if ($fh && defined $unless) {
+      # Free when nobody holds it: removed (a keeper that was killed left it), and let go.
+      my $other = take($unless, 0);
+      if ($other) { unlink $unless; close $other } elsif (-e $unless) { unlink $name; close $fh; $fh = undef }
+    }
+    $fh;
+  };
+  if ($@) { print "E $@"; next }
+  $held{$name} = $fh if $fh;
+  print $fh ? "1\n" : "0\n";
 }
 `;
 
@@ -88,11 +124,15 @@ export class UidLocks {
   /** Answers not yet read, in the order the requests went out. */
   #waiting: Waiter[] = [];
   #pending = "";
-  /** The names this pool holds, taken again by a helper started after one died. */
+  /** The names this pool holds. */
   readonly #held = new Set<string>();
+  /** Held names a helper died with, to be taken again by the next one. */
+  #toRetake = new Set<string>();
+  /** Held names another sandbox took while no helper held them: their uids are not this pool's alone any more. */
+  readonly #lost = new Set<string>();
 
   constructor(options: { dir: string; logger: Logger }) {
-    this.dir = options.dir;
+    this.dir = path.resolve(options.dir);
     this.#logger = options.logger;
     prepareUidLockDir(this.dir);
   }
@@ -102,22 +142,34 @@ export class UidLocks {
     return path.join(this.dir, name);
   }
 
-  /** Locks `name`: false when another (this pool included) holds it. */
-  async lock(name: string): Promise<boolean> {
-    const locked = (await this.#ask(`L ${name}`)) === "1";
-    if (locked) this.#held.add(name);
-    return locked;
+  /**
+   * Locks `name`: false when another (this pool included) holds it, or holds `unlessHeld` when given, or when the
+   * file could not be locked at all (logged: one bad file passes one uid over, not the pool).
+   */
+  async lock(name: string, unlessHeld?: string): Promise<boolean> {
+    const request = unlessHeld === undefined ? `L ${name}` : `L ${name} ${unlessHeld}`;
+    const answer = await this.#ask(request);
+    if (answer.startsWith("E ")) {
+      this.#logger.warn({ lock: name, why: answer.slice(2) }, "could not lock a session uid's file: uid passed over");
+      return false;
+    }
+    if (answer !== "1") return false;
+    this.#held.add(name);
+    this.#lost.delete(name);
+    return true;
   }
 
-  /** Lets go of `name`; nothing to do once closed (the helper let go of everything). */
-  async unlock(name: string): Promise<void> {
+  /** Lets go of `name` (the helper answers nothing: the next request finds it let go); nothing to do once closed. */
+  unlock(name: string): void {
     this.#held.delete(name);
-    if (!this.#closed) await this.#ask(`U ${name}`);
+    this.#toRetake.delete(name);
+    this.#lost.delete(name);
+    if (!this.#closed) this.#helper?.stdin!.write(`U ${name}\n`);
   }
 
-  /** Whether nobody holds `name` now. */
-  async isFree(name: string): Promise<boolean> {
-    return (await this.#ask(`F ${name}`)) === "1";
+  /** Whether another sandbox took `name` while this pool held it and no helper did (logged when it happened). */
+  lost(name: string): boolean {
+    return this.#lost.has(name);
   }
 
   /** Ends the helper, which lets go of every lock this pool still holds (as the sandbox's exit would). */
@@ -136,68 +188,87 @@ export class UidLocks {
     const helper = this.#helper ?? this.#start();
     return new Promise<string>((resolve, reject) => {
       this.#waiting.push({ resolve, reject });
-      // Kept alive while an answer is due; an idle helper never holds the sandbox up.
+      // Kept alive while an answer is due, through the helper's death too; an idle helper never holds the sandbox up.
+      helper.ref();
       (helper.stdout as Socket).ref();
       helper.stdin!.write(`${request}\n`);
-    }).then((answer) => {
-      if (answer.startsWith("E "))
-        throw new SandboxError("unavailable", `the session uid lock helper: ${answer.slice(2)} (${request})`);
-      return answer;
     });
   }
 
   #start(): ChildProcess {
-    const helper = spawn(perl(), ["-e", LOCK_HELPER, this.dir], { stdio: ["pipe", "pipe", "ignore"] });
+    const helper = spawn(perl(), ["-e", LOCK_HELPER, this.dir], {
+      stdio: ["pipe", "pipe", "ignore"],
+      detached: true,
+    });
     this.#helper = helper;
     this.#helperStarted = Date.now();
     this.#pending = "";
-    helper.unref();
-    (helper.stdout as Socket).unref();
-    (helper.stdin as unknown as Socket).unref();
+    this.#idle(helper);
     helper.stdin!.on("error", () => {}); // its end is reported by "exit"
     helper.stdout!.setEncoding("utf8");
     helper.stdout!.on("data", (chunk: string) => {
+      if (this.#helper !== helper) return; // a helper given up on: what it says answers nothing
       this.#pending += chunk;
       for (let end = this.#pending.indexOf("\n"); end >= 0; end = this.#pending.indexOf("\n")) {
         const answer = this.#pending.slice(0, end);
         this.#pending = this.#pending.slice(end + 1);
         this.#waiting.shift()?.resolve(answer);
       }
-      if (this.#waiting.length === 0) (helper.stdout as Socket).unref();
+      if (this.#waiting.length === 0) this.#idle(helper);
     });
-    helper.on("error", (error) => this.#lost(helper, error.message));
-    helper.on("exit", (code, signal) => this.#lost(helper, `exited (${signal ?? code})`));
+    helper.stdout!.on("close", () => this.#helperLost(helper, "closed its output"));
+    helper.on("error", (error) => this.#helperLost(helper, error.message));
+    helper.on("exit", (code, signal) => this.#helperLost(helper, `exited (${signal ?? code})`));
+    // What a helper that died held is taken again first, before what the new one was started for.
+    const names = [...this.#toRetake];
+    this.#toRetake = new Set();
+    for (const name of names) this.#retake(name);
     return helper;
   }
 
+  #idle(helper: ChildProcess): void {
+    helper.unref();
+    (helper.stdout as Socket).unref();
+    (helper.stdin as unknown as Socket).unref();
+  }
+
   /** The helper died, and its locks with it: what waited fails, and a new helper takes the held names again. */
-  #lost(helper: ChildProcess, why: string): void {
+  #helperLost(helper: ChildProcess, why: string): void {
     if (this.#helper !== helper) return;
     this.#helper = undefined;
+    this.#idle(helper);
     const waiting = this.#waiting;
     this.#waiting = [];
     for (const waiter of waiting)
       waiter.reject(new SandboxError("unavailable", `the session uid lock helper ${why}; try again`));
-    const held = [...this.#held];
-    if (held.length === 0 || this.#closed) return;
-    // One that could not even start (perl gone) is not started again in a tight loop.
+    if (this.#held.size === 0 || this.#closed) return;
+    this.#toRetake = new Set(this.#held);
+    // At once, unless it died young: one that cannot start at all (perl gone) is not started again in a tight loop.
     const delayMs = Date.now() - this.#helperStarted < 1_000 ? 1_000 : 0;
-    this.#logger.error({ why, held: held.length, delayMs }, "the session uid lock helper died: taking its locks again");
-    setTimeout(() => this.#retake(held), delayMs).unref();
+    this.#logger.error(
+      { why, held: this.#held.size, delayMs },
+      "the session uid lock helper died: taking its locks again",
+    );
+    setTimeout(() => {
+      if (this.#helper === undefined && this.#toRetake.size > 0 && !this.#closed) this.#start();
+    }, delayMs).unref();
   }
 
-  #retake(names: readonly string[]): void {
-    for (const name of names)
-      if (this.#held.has(name))
-        void this.#ask(`L ${name}`).then(
-          (answer) => {
-            if (answer !== "1" && this.#held.has(name))
-              this.#logger.error(
-                { lock: name },
-                "another sandbox took a session uid while its lock helper was down: two sessions may share the uid",
-              );
-          },
-          (error: unknown) => this.#logger.error({ err: error, lock: name }, "could not take a session uid lock again"),
+  #retake(name: string): void {
+    this.#ask(`L ${name}`).then(
+      (answer) => {
+        if (answer === "1" || !this.#held.has(name)) return;
+        this.#lost.add(name);
+        this.#logger.error(
+          { lock: name, why: answer.startsWith("E ") ? answer.slice(2) : "held by another" },
+          "a session uid's lock could not be taken again after its helper died: another sandbox may run a session under the uid too",
         );
+      },
+      (error: unknown) => {
+        // This helper died too: the next takes it again.
+        if (this.#held.has(name)) this.#toRetake.add(name);
+        this.#logger.error({ err: error, lock: name }, "could not take a session uid's lock again");
+      },
+    );
   }
 }

@@ -166,11 +166,8 @@ export class SessionUserPool {
     for (let tried = 0; tried < count; tried++) {
       const uid = base + ((this.#cursor + tried) % count);
       if (this.#held.has(uid)) continue;
-      if (!(await this.#locks.lock(lockName(uid)))) continue;
-      if (!(await this.#locks.isFree(keptLockName(uid)))) {
-        await this.#locks.unlock(lockName(uid));
-        continue;
-      }
+      // Not while a keeper holds it for a session that outlived its sandbox.
+      if (!(await this.#locks.lock(lockName(uid), keptLockName(uid)))) continue;
       this.#cursor = (this.#cursor + tried + 1) % count;
       this.#held.add(uid);
       const user = { uid, gid: uid };
@@ -231,13 +228,9 @@ export class SessionUserPool {
     const withObjects = this.#contained ? new Set<number>() : uidsWithSystemVObjects(this.range);
     for (const uid of new Set([...withProcesses, ...withObjects])) {
       if (this.#held.has(uid)) continue;
-      if (!(await this.#locks.lock(lockName(uid)))) continue; // another sandbox's running session
-      // A session that outlived its sandbox, under its keeper, which ended what else the uid ran before it took the
-      // lock (and no session can take a lock: session-uid-locks.ts).
-      if (!(await this.#locks.isFree(keptLockName(uid)))) {
-        await this.#locks.unlock(lockName(uid));
-        continue;
-      }
+      // Passed over: another sandbox's running session, or one that outlived its sandbox, under its keeper, which ended
+      // what else the uid ran before it took the lock (and no session can take a lock: session-uid-locks.ts).
+      if (!(await this.#locks.lock(lockName(uid), keptLockName(uid)))) continue;
       const user = { uid, gid: uid };
       if (this.#contained) await this.killAll(user);
       else await this.#clean(user);
@@ -246,7 +239,7 @@ export class SessionUserPool {
         this.#quarantine(new Holding(user, this));
         continue;
       }
-      await this.#locks.unlock(lockName(uid));
+      this.#locks.unlock(lockName(uid));
       cleared++;
     }
     return cleared;
@@ -304,24 +297,30 @@ export class SessionUserPool {
     );
     setTimeout(() => {
       void (async () => {
-        if (await this.#clean(holding.user)) await this.#letGo(holding);
+        if (await this.#clean(holding.user)) this.#letGo(holding);
         else this.#quarantine(holding);
       })();
     }, this.#quarantineRetryMs).unref();
   }
 
-  async #letGo(holding: Holding): Promise<void> {
-    await this.#locks.unlock(lockName(holding.user.uid));
+  #letGo(holding: Holding): void {
+    this.#locks.unlock(lockName(holding.user.uid));
     this.#held.delete(holding.user.uid);
     if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
   }
 
   /** @internal Called by the last lease of a holding. */
   async free(holding: Holding): Promise<void> {
+    // Another sandbox took the uid while this one's lock helper was down (logged then): what the uid runs may be its
+    // session's now, which no kill or clean-up of this pool's may touch.
+    if (this.#locks.lost(lockName(holding.user.uid))) {
+      this.#letGo(holding);
+      return;
+    }
     if (!this.#contained && !(await this.#clean(holding.user))) {
       this.#quarantine(holding);
       return;
     }
-    await this.#letGo(holding);
+    this.#letGo(holding);
   }
 }

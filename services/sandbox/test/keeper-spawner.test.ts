@@ -6,7 +6,7 @@
 // exit file; unused spares go with the spawner.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Readable } from "node:stream";
@@ -223,7 +223,7 @@ const asRootWithSetpriv =
   skip || (process.getuid?.() !== 0 ? "needs root" : findSetpriv() === undefined ? "needs setpriv" : false);
 
 void it(
-  "ends what the session's uid still runs, then holds the uid for the session's life, from a spare and when started itself",
+  "holds the session's uid for the session's life, having ended what it still ran, from a spare and when started itself",
   { skip: asRootWithSetpriv },
   async () => {
     const spawner = new KeeperSpawner({
@@ -274,6 +274,7 @@ void it(
         assert.deepEqual(await ending, [0, null]);
         await new Promise((resolve) => setImmediate(resolve));
         assert.equal(fileLocked(file), false, `${file} is let go with the session`);
+        assert.equal(existsSync(file), false, `${file} is removed as it is let go`);
         // The command never holds the lock itself.
         if (kept === itself) assert.doesNotMatch(out(), /\.lock/);
       }

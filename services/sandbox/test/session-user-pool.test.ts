@@ -3,7 +3,7 @@
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -53,6 +53,12 @@ function processAs(uid: number): number {
   });
   child.unref();
   return child.pid!;
+}
+
+/** The process group `pid` is in (/proc/<pid>/stat's fifth field). */
+function processGroupOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
 }
 
 /** Ends a lock holder and waits until it is gone (its lock with it). */
@@ -197,7 +203,7 @@ void describe("session uids", { skip }, () => {
     assert.equal(lease.uid, uid);
     assert.equal(fileLocked(path.join(dir, String(uid))), true, "the uid's lock is held while it is out");
     await lease.release();
-    assert.equal(fileLocked(path.join(dir, String(uid))), false, "and let go with it");
+    await until(() => !existsSync(path.join(dir, String(uid))), "let go with it, its file removed");
   });
 
   void it("refuses a lock folder that another uid could enter or replace, saying what to do", () => {
@@ -232,8 +238,14 @@ void describe("session uids", { skip }, () => {
     const pool = new SessionUserPool({ range, logger: recording });
     const lease = await pool.acquire();
     const first = pool.lockHelperPid!;
+    // What stops the sandbox's process group (Ctrl-C, systemd's SIGTERM to the unit) leaves the helper holding the
+    // uids until the sandbox has ended their sessions: it ignores them, in a process group of its own.
+    assert.notEqual(processGroupOf(first), processGroupOf(process.pid));
+    process.kill(first, "SIGTERM");
+    process.kill(first, "SIGINT");
     // A helper that lived under a second is started again a second later (one that cannot start at all must not spin).
     await new Promise((resolve) => setTimeout(resolve, 1_100));
+    assert.equal(processAlive(first), true, "the helper outlived SIGTERM and SIGINT");
     process.kill(first, "SIGKILL");
     const lockFile = path.join(path.dirname(pool.keptLockFile(range.base)), String(range.base));
     await until(() => pool.lockHelperPid !== undefined && pool.lockHelperPid !== first, "a new helper runs");
@@ -244,11 +256,62 @@ void describe("session uids", { skip }, () => {
     const again = await new SessionUserPool({ range, logger }).acquire();
     assert.equal(again.uid, range.base);
     await again.release();
+    // Given back without waiting for the helper, which removes the file as it lets go.
+    await until(() => !existsSync(lockFile), "a lock's file goes with it: the range leaves no files behind");
     // A sandbox that stops ends its helper, which would otherwise wait for the process's end.
     const helper = pool.lockHelperPid!;
     pool.close();
     await until(() => !processAlive(helper), "the helper ended with its pool");
     await assert.rejects(pool.acquire(), /shutting down/);
+  });
+
+  void it("leaves alone what a uid runs once another sandbox took it while its lock helper was down", async () => {
+    const range = { base: BASE + 3, count: 1 };
+    const { logger: recording, lines } = recordingLogger();
+    const pool = new SessionUserPool({ range, logger: recording });
+    const lease = await pool.acquire();
+    // Dead young: taken again only a second later, and another sandbox takes the uid meanwhile.
+    process.kill(pool.lockHelperPid!, "SIGKILL");
+    await until(() => pool.lockHelperPid === undefined, "the helper is gone");
+    const other = await new SessionUserPool({ range, logger }).acquire();
+    assert.equal(other.uid, range.base);
+    await until(
+      () => lines.some((line) => /could not be taken again after its helper died/.test(line.msg)),
+      "the lost uid is logged",
+    );
+    const theirs = processAs(range.base);
+    try {
+      await until(() => runningAs(theirs, range.base), "the other sandbox's session runs as the uid");
+      await lease.release();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(processAlive(theirs), true, "the pool that lost the uid killed nothing of it");
+      await other.release();
+      await until(() => !processAlive(theirs), "its own sandbox killed it when it gave the uid back");
+    } finally {
+      if (processAlive(theirs)) process.kill(theirs, "SIGKILL");
+      pool.close();
+    }
+  });
+
+  void it("passes over a uid whose lock file cannot be locked, and logs why", async () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), "oz0-uid-locks-"));
+    try {
+      const lockDir = path.join(parent, "locks");
+      const { logger: recording, lines } = recordingLogger();
+      const pool = new SessionUserPool({ range: { base: BASE, count: 2 }, logger: recording, lockDir });
+      // Not a file: every open of it fails (as a full /run would fail one uid's).
+      mkdirSync(path.join(lockDir, String(BASE)));
+      mkdirSync(path.join(lockDir, String(BASE + 1)));
+      await assert.rejects(pool.acquire(), /every session uid from/);
+      assert.ok(lines.some((line) => line.msg === "could not lock a session uid's file: uid passed over"));
+      rmSync(path.join(lockDir, String(BASE + 1)), { recursive: true });
+      const lease = await pool.acquire();
+      assert.equal(lease.uid, BASE + 1);
+      await lease.release();
+      pool.close();
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
   });
 
   // A process of the uid left alive would share the uid with the next session, which could then ptrace or signal it.
