@@ -122,7 +122,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The user mode's uids, and a root sandbox's bubblewrap sessions' (bubblewrap-launcher.ts).
   const users =
     isolation.mode === "user" || (useBwrap && isolation.sessionUsers.available)
-      ? new SessionUserPool({ range: uids, logger, contained: useBwrap })
+      ? new SessionUserPool({ range: uids, logger, contained: useBwrap, lockDir: config.sessionUidLockDir })
       : undefined;
   const contained = chooseSessionContainment({
     isolation: isolation.mode,

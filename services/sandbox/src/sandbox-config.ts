@@ -113,6 +113,11 @@ export interface SandboxConfig {
   /** The uid range of the `user` mode (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT). Default 200000, 65536 uids. */
   sessionUids?: SessionUidRange;
   /**
+   * The folder of the session uids' locks (OZ0_SANDBOX_UID_LOCK_DIR), which every sandbox sharing the range on a host
+   * must share (session-uid-locks.ts). Default /run/oz0-sandbox/session-uids.
+   */
+  sessionUidLockDir?: string;
+  /**
    * Node paths a session under bubblewrap must never see, even when a
    * read-only path (OZ0_SANDBOX_READ_ONLY_PATHS, the plugin directory)
    * contains them: OZ0_SANDBOX_HIDDEN_PATHS (`:`-separated) and OZ0_HOME.
@@ -322,6 +327,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     maxSessionStderrWrittenBytes: bytes(env, "OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES"),
     maxSessionStdoutBytes: bytes(env, "OZ0_MAX_SESSION_STDOUT_BYTES"),
     sessionUids: { base: uidBase, count: uidCount },
+    sessionUidLockDir: envString(env, "OZ0_SANDBOX_UID_LOCK_DIR"),
     readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),
     hiddenPaths: hiddenPaths(env),
     sessionPath: envString(env, "OZ0_SESSION_PATH"),

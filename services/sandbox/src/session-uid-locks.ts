@@ -92,8 +92,16 @@ while (my $line = <STDIN>) {
  */
 export function prepareUidLockDir(dir: string): void {
   const own = process.geteuid?.();
-  mkdirSync(path.dirname(dir), { recursive: true, mode: 0o755 });
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  try {
+    mkdirSync(path.dirname(dir), { recursive: true, mode: 0o755 });
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new SandboxError(
+      "failed_precondition",
+      `cannot make the session uid lock folder ${dir} (${(error as Error).message}): point OZ0_SANDBOX_UID_LOCK_DIR at a writable folder every sandbox of the host shares (a tmpfs), or run sessions without uids of their own`,
+      { cause: error },
+    );
+  }
   for (const [folder, closed] of [
     [path.dirname(dir), 0o022],
     [dir, 0o077],

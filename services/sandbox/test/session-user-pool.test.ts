@@ -3,7 +3,7 @@
 // carrying a process from one holder to the next.
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -226,6 +226,13 @@ void describe("session uids", { skip }, () => {
       assert.throws(
         () => new SessionUserPool({ range: { base: BASE, count: 1 }, logger, lockDir }),
         new RegExp(`${parent} must be a directory owned by uid 0 that nobody else can write`),
+      );
+      // One that cannot be made (a read-only root filesystem's /run): the setting to use instead.
+      writeFileSync(path.join(parent, "file"), "");
+      assert.throws(
+        () =>
+          new SessionUserPool({ range: { base: BASE, count: 1 }, logger, lockDir: path.join(parent, "file", "locks") }),
+        /cannot make the session uid lock folder .*(EEXIST|ENOTDIR).*point OZ0_SANDBOX_UID_LOCK_DIR at a writable folder/,
       );
     } finally {
       rmSync(parent, { recursive: true, force: true });
