@@ -84,15 +84,25 @@ if ($hold ne "") {
     open($held, ">>", $hold) && flock($held, 6) or last;
     my @file = stat($held); my @name = stat($hold);
     if (@name && $file[0] == $name[0] && $file[1] == $name[1]) { $locked = 1; last }
-    close $held;
+    close $held; $! = 0;
   }
-  $locked or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): $!\n"; POSIX::_exit(125) };
+  $locked or do { print STDERR "oz0 keeper: cannot hold the session's uid ($hold): ", ($! ? "$!" : "another holds it"), "\n"; POSIX::_exit(125) };
 }
-# Held first, so no sandbox takes the uid for another session while this one ends what the uid still runs.
+# Held first, so no sandbox takes the uid for another session while this one ends what the uid still runs. The killer
+# is a process of the uid, which what it is to kill can stop or kill in turn: it holds no lock (the keeper's copy of the
+# lock stays), and it is waited for 2 s at most, then killed as root and tried again, five times in all.
 if ($uid ne "") {
-  my $killer = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
-  if ($killer == 0) { $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
-  waitpid($killer, 0); $? == 0 or do { print STDERR "oz0 keeper: cannot end what uid $uid still runs\n"; POSIX::_exit(125) };
+  my $ended;
+  for (1 .. 5) {
+    my $killer = fork() // do { print STDERR "oz0 keeper: fork failed: $!\n"; POSIX::_exit(125) };
+    if ($killer == 0) { close $held if $held; $) = "$uid $uid"; POSIX::setgid($uid) && POSIX::setuid($uid) && $< == $uid or POSIX::_exit(1); kill "KILL", -1; POSIX::_exit(0) }
+    my $reaped = 0;
+    eval { local $SIG{ALRM} = sub { die "late\n" }; alarm 2; $reaped = waitpid($killer, 0) == $killer; alarm 0 };
+    alarm 0;
+    if ($reaped) { if ($? == 0) { $ended = 1; last } next }
+    kill "KILL", $killer; waitpid($killer, 0);
+  }
+  $ended or do { print STDERR "oz0 keeper: cannot end what uid $uid still runs\n"; POSIX::_exit(125) };
 }
 $in or open($in, "+<", "$dir/stdin") or do { print STDERR "oz0 keeper: cannot open $dir/stdin: $!\n"; POSIX::_exit(125) };
 open(my $out, ">>", "$dir/stdout") or do { print STDERR "oz0 keeper: cannot open $dir/stdout: $!\n"; POSIX::_exit(125) };

@@ -332,6 +332,8 @@ export class SessionRegistry {
       } catch (error) {
         resumed.get(session)?.reject(error);
         await this.#refuseTakeover(record, error);
+        // Its uid, when it was taken before the takeover failed, is given back once the session has ended.
+        await session.user?.release();
       }
     }
     if (adopted.length > 0)

@@ -65,7 +65,8 @@ sub take {
       return $fh if @named && $locked[0] == $named[0] && $locked[1] == $named[1];
     }
   }
-  die "cannot lock $name: removed and made again under this helper three times running\n";
+  # Taken and let go three times running meanwhile: busy, as held.
+  return undef;
 }
 while (my $line = <STDIN>) {
   chomp $line;
@@ -122,6 +123,21 @@ interface Waiter {
   reject(error: Error): void;
 }
 
+/** How long a caller waits for a lock a dead helper held to be taken again before it counts as not this pool's. */
+const RETAKE_WAIT_MS = 10_000;
+
+/** A held name whose helper died: settled true once a new helper took it again, false once that failed. */
+interface Retaking {
+  readonly settled: Promise<boolean>;
+  settle(taken: boolean): void;
+}
+
+function retaking(): Retaking {
+  let settle!: (taken: boolean) => void;
+  const settled = new Promise<boolean>((resolve) => (settle = resolve));
+  return { settled, settle };
+}
+
 /** The uid locks of one pool, through its helper (started at the first request). */
 export class UidLocks {
   readonly dir: string;
@@ -132,9 +148,11 @@ export class UidLocks {
   /** Answers not yet read, in the order the requests went out. */
   #waiting: Waiter[] = [];
   #pending = "";
-  /** The names this pool holds. */
+  /** The names this pool holds, or held when a helper died and has not been told otherwise since. */
   readonly #held = new Set<string>();
-  /** Held names a helper died with, to be taken again by the next one. */
+  /** Held names a helper died with, until a new one took them again or could not. */
+  readonly #retaking = new Map<string, Retaking>();
+  /** Of those, the ones no new helper was asked for yet. */
   #toRetake = new Set<string>();
   /** Held names another sandbox took while no helper held them: their uids are not this pool's alone any more. */
   readonly #lost = new Set<string>();
@@ -167,23 +185,40 @@ export class UidLocks {
     return true;
   }
 
+  /**
+   * Whether this pool holds `name` for certain: not when another sandbox took it while no helper held it, nor, once
+   * a helper died with it, until a new one took it again (waited for, RETAKE_WAIT_MS at most). Whatever acts on a
+   * uid's processes asks first: they may be another sandbox's session's.
+   */
+  async holds(name: string): Promise<boolean> {
+    if (!this.#held.has(name) || this.#lost.has(name)) return false;
+    const pending = this.#retaking.get(name);
+    if (pending === undefined) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), RETAKE_WAIT_MS);
+    });
+    try {
+      return await Promise.race([pending.settled, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** Lets go of `name` (the helper answers nothing: the next request finds it let go); nothing to do once closed. */
   unlock(name: string): void {
     this.#held.delete(name);
     this.#toRetake.delete(name);
     this.#lost.delete(name);
-    if (!this.#closed) this.#helper?.stdin!.write(`U ${name}\n`);
-  }
-
-  /** Whether another sandbox took `name` while this pool held it and no helper did (logged when it happened). */
-  lost(name: string): boolean {
-    return this.#lost.has(name);
+    this.#settleRetake(name, false);
+    if (!this.#closed) this.#helper?.stdin?.write(`U ${name}\n`);
   }
 
   /** Ends the helper, which lets go of every lock this pool still holds (as the sandbox's exit would). */
   close(): void {
     this.#closed = true;
-    this.#helper?.stdin!.end();
+    this.#helper?.stdin?.end();
+    for (const name of [...this.#retaking.keys()]) this.#settleRetake(name, false);
   }
 
   /** @internal The helper's pid, for the test that kills it. */
@@ -193,13 +228,22 @@ export class UidLocks {
 
   #ask(request: string): Promise<string> {
     if (this.#closed) return Promise.reject(new SandboxError("unavailable", "the sandbox is shutting down"));
-    const helper = this.#helper ?? this.#start();
+    let helper: ChildProcess;
+    try {
+      helper = this.#helper ?? this.#start();
+    } catch (error) {
+      return Promise.reject(
+        new SandboxError("unavailable", `cannot start the session uid lock helper: ${(error as Error).message}`),
+      );
+    }
     return new Promise<string>((resolve, reject) => {
       this.#waiting.push({ resolve, reject });
       // Kept alive while an answer is due, through the helper's death too; an idle helper never holds the sandbox up.
       helper.ref();
+      // A spawn that failed (out of descriptors) has no pipes: its "error", next, fails what waits.
+      if (!helper.stdin || !helper.stdout) return;
       (helper.stdout as Socket).ref();
-      helper.stdin!.write(`${request}\n`);
+      helper.stdin.write(`${request}\n`);
     });
   }
 
@@ -211,22 +255,24 @@ export class UidLocks {
     this.#helper = helper;
     this.#helperStarted = Date.now();
     this.#pending = "";
-    this.#idle(helper);
-    helper.stdin!.on("error", () => {}); // its end is reported by "exit"
-    helper.stdout!.setEncoding("utf8");
-    helper.stdout!.on("data", (chunk: string) => {
-      if (this.#helper !== helper) return; // a helper given up on: what it says answers nothing
-      this.#pending += chunk;
-      for (let end = this.#pending.indexOf("\n"); end >= 0; end = this.#pending.indexOf("\n")) {
-        const answer = this.#pending.slice(0, end);
-        this.#pending = this.#pending.slice(end + 1);
-        this.#waiting.shift()?.resolve(answer);
-      }
-      if (this.#waiting.length === 0) this.#idle(helper);
-    });
-    helper.stdout!.on("close", () => this.#helperLost(helper, "closed its output"));
     helper.on("error", (error) => this.#helperLost(helper, error.message));
     helper.on("exit", (code, signal) => this.#helperLost(helper, `exited (${signal ?? code})`));
+    this.#idle(helper);
+    if (helper.stdin && helper.stdout) {
+      helper.stdin.on("error", () => {}); // its end is reported by "exit"
+      helper.stdout.setEncoding("utf8");
+      helper.stdout.on("data", (chunk: string) => {
+        if (this.#helper !== helper) return; // a helper given up on: what it says answers nothing
+        this.#pending += chunk;
+        for (let end = this.#pending.indexOf("\n"); end >= 0; end = this.#pending.indexOf("\n")) {
+          const answer = this.#pending.slice(0, end);
+          this.#pending = this.#pending.slice(end + 1);
+          this.#waiting.shift()?.resolve(answer);
+        }
+        if (this.#waiting.length === 0) this.#idle(helper);
+      });
+      helper.stdout.on("close", () => this.#helperLost(helper, "closed its output"));
+    }
     // What a helper that died held is taken again first, before what the new one was started for.
     const names = [...this.#toRetake];
     this.#toRetake = new Set();
@@ -236,8 +282,8 @@ export class UidLocks {
 
   #idle(helper: ChildProcess): void {
     helper.unref();
-    (helper.stdout as Socket).unref();
-    (helper.stdin as unknown as Socket).unref();
+    (helper.stdout as Socket | null | undefined)?.unref();
+    (helper.stdin as unknown as Socket | null | undefined)?.unref();
   }
 
   /** The helper died, and its locks with it: what waited fails, and a new helper takes the held names again. */
@@ -250,26 +296,37 @@ export class UidLocks {
     for (const waiter of waiting)
       waiter.reject(new SandboxError("unavailable", `the session uid lock helper ${why}; try again`));
     if (this.#held.size === 0 || this.#closed) return;
-    this.#toRetake = new Set(this.#held);
+    for (const name of this.#held) {
+      if (this.#lost.has(name)) continue;
+      if (!this.#retaking.has(name)) this.#retaking.set(name, retaking());
+      this.#toRetake.add(name);
+    }
     // At once, unless it died young: one that cannot start at all (perl gone) is not started again in a tight loop.
     const delayMs = Date.now() - this.#helperStarted < 1_000 ? 1_000 : 0;
     this.#logger.error(
-      { why, held: this.#held.size, delayMs },
+      { why, held: this.#toRetake.size, delayMs },
       "the session uid lock helper died: taking its locks again",
     );
     setTimeout(() => {
-      if (this.#helper === undefined && this.#toRetake.size > 0 && !this.#closed) this.#start();
+      if (this.#helper !== undefined || this.#toRetake.size === 0 || this.#closed) return;
+      try {
+        this.#start();
+      } catch (error) {
+        this.#logger.error({ err: error }, "cannot start the session uid lock helper: retried at the next request");
+      }
     }, delayMs).unref();
   }
 
   #retake(name: string): void {
     this.#ask(`L ${name}`).then(
       (answer) => {
-        if (answer === "1" || !this.#held.has(name)) return;
+        if (!this.#held.has(name)) return;
+        if (answer === "1") return this.#settleRetake(name, true);
         this.#lost.add(name);
+        this.#settleRetake(name, false);
         this.#logger.error(
           { lock: name, why: answer.startsWith("E ") ? answer.slice(2) : "held by another" },
-          "a session uid's lock could not be taken again after its helper died: another sandbox may run a session under the uid too",
+          "a session uid's lock could not be taken again after its helper died: another sandbox may run a session under the uid, which this one no longer acts on",
         );
       },
       (error: unknown) => {
@@ -278,5 +335,10 @@ export class UidLocks {
         this.#logger.error({ err: error, lock: name }, "could not take a session uid's lock again");
       },
     );
+  }
+
+  #settleRetake(name: string, taken: boolean): void {
+    this.#retaking.get(name)?.settle(taken);
+    this.#retaking.delete(name);
   }
 }

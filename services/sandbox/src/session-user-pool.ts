@@ -203,9 +203,21 @@ export class SessionUserPool {
         "failed_precondition",
         `the session's uid ${uid} is not in this sandbox's session uid range ${base}-${base + count - 1} (OZ0_SANDBOX_UID_BASE, OZ0_SANDBOX_UID_COUNT changed since it started)`,
       );
+    let failure: unknown;
     for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
       if (this.#held.has(uid)) break;
-      if (await this.#locks.lock(lockName(uid))) {
+      // A lock helper that died meanwhile is started again by the next attempt.
+      const locked = await this.#locks.lock(lockName(uid)).then(
+        (taken) => {
+          failure = undefined;
+          return taken;
+        },
+        (error: unknown) => {
+          failure = error;
+          return false;
+        },
+      );
+      if (locked) {
         this.#held.add(uid);
         const holding = new Holding({ uid, gid: uid }, this);
         this.#adopted.set(uid, holding);
@@ -213,6 +225,7 @@ export class SessionUserPool {
       }
       await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
     }
+    if (failure !== undefined && !this.#held.has(uid)) throw failure;
     throw new SandboxError("failed_precondition", `the session's uid ${uid} is held by another session`);
   }
 
@@ -255,6 +268,7 @@ export class SessionUserPool {
     if (killing === undefined) {
       killing = (async () => {
         try {
+          if (!(await this.#holdsForCertain(user))) return;
           const error = await this.#killProcesses(user);
           if (error === undefined) this.#unkillable.delete(user.uid);
           else {
@@ -276,6 +290,8 @@ export class SessionUserPool {
    * would outlast it, in memory where /dev/shm is, and be the next session's of the uid to read.
    */
   async #clean(user: SessionUser): Promise<boolean> {
+    // Nothing of a uid another sandbox may hold is this one's to kill or remove: done here.
+    if (!(await this.#holdsForCertain(user))) return true;
     await this.killAll(user);
     // A process of the uid may still run: nothing is removed as the uid beside it, and the uid is not given out.
     if (this.#unkillable.has(user.uid)) return false;
@@ -303,6 +319,19 @@ export class SessionUserPool {
     }, this.#quarantineRetryMs).unref();
   }
 
+  /**
+   * Whether this sandbox holds the uid for certain (session-uid-locks.ts: UidLocks.holds): what the uid runs and left
+   * may be another sandbox's session's once its lock helper died and the uid was taken meanwhile (logged then).
+   */
+  async #holdsForCertain(user: SessionUser): Promise<boolean> {
+    if (await this.#locks.holds(lockName(user.uid))) return true;
+    this.#logger.warn(
+      { uid: user.uid },
+      "not killing or removing anything of a session uid this sandbox may no longer hold alone (its lock helper died)",
+    );
+    return false;
+  }
+
   #letGo(holding: Holding): void {
     this.#locks.unlock(lockName(holding.user.uid));
     this.#held.delete(holding.user.uid);
@@ -311,12 +340,6 @@ export class SessionUserPool {
 
   /** @internal Called by the last lease of a holding. */
   async free(holding: Holding): Promise<void> {
-    // Another sandbox took the uid while this one's lock helper was down (logged then): what the uid runs may be its
-    // session's now, which no kill or clean-up of this pool's may touch.
-    if (this.#locks.lost(lockName(holding.user.uid))) {
-      this.#letGo(holding);
-      return;
-    }
     if (!this.#contained && !(await this.#clean(holding.user))) {
       this.#quarantine(holding);
       return;

@@ -285,3 +285,58 @@ void it(
     }
   },
 );
+
+void it(
+  "never leaves the session's uid locked by a killer that what the uid still runs stopped",
+  { skip: asRootWithSetpriv },
+  async () => {
+    const uid = 3_700_000 + (process.pid % 100_000);
+    const file = path.join(root, "stopped-killer.lock");
+    // A process of the uid stopping every other one of it as fast as it can: the keeper's killer is one once it took the
+    // uid, and this may stop it before it kills (Linux before 6.12, or a process outside the sessions' signal scope).
+    const stopper = spawn(
+      findSetpriv()!,
+      [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/perl", "-e", 'for (;;) { kill "STOP", -1 }'],
+      { detached: true, stdio: "ignore" },
+    );
+    stopper.unref();
+    const dir = path.join(root, "stopped-killer");
+    mkdirSync(dir);
+    try {
+      for (
+        let waited = 0;
+        !new RegExp(`^Uid:\\s+${uid}\\s`, "m").test(readFileSync(`/proc/${stopper.pid}/status`, "utf8"));
+        waited += 10
+      ) {
+        assert.ok(waited < 5_000, "the stopper never ran as its uid");
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      const kept = keeperSpawn({ dir, orphanMs: 60_000, spares: { take: () => undefined }, hold: { uid, file } })(
+        "/bin/sh",
+        ["-c", "read line; echo ran"],
+        { cwd: root, env: {}, stdio: ["pipe", "pipe", "pipe"] },
+      );
+      const ending = exited(kept);
+      kept.stdin.write("go\n");
+      kept.stdin.end();
+      // Either a killer got to kill first (the session ran), or five were stopped in turn and the keeper gave up (125):
+      // never a keeper waiting for good on a stopped killer, nor a stopped killer keeping the lock.
+      const [code] = await ending;
+      assert.ok(code === 0 || code === 125, `the keeper ended with ${code}`);
+      assert.equal(fileLocked(file), false, "nothing holds the uid's lock once its keeper is gone");
+      const stoppedOfUid = readdirSync("/proc")
+        .filter((name) => /^\d+$/.test(name))
+        .filter((pid) => {
+          try {
+            const status = readFileSync(`/proc/${pid}/status`, "utf8");
+            return new RegExp(`^Uid:\\s+${uid}\\s`, "m").test(status) && /^State:\s+T/m.test(status);
+          } catch {
+            return false;
+          }
+        });
+      assert.deepEqual(stoppedOfUid, [], "no stopped killer is left behind");
+    } finally {
+      if (alive(stopper.pid!)) process.kill(stopper.pid!, "SIGKILL");
+    }
+  },
+);
