@@ -10,7 +10,8 @@
 // talks to over its stdin and stdout, one line each way a request. It ends at
 // the end of its stdin: with the sandbox, however that ends. Should it die
 // while the sandbox runs, its locks die with it; the next helper takes the
-// held ones again at once, and logs any that another sandbox took meanwhile.
+// held ones again at once, and logs any that another sandbox took meanwhile,
+// whose processes the pool then leaves alone (UidLocks.holds).
 //
 // A session's keeper (session-keeper.ts) locks the uid's `-kept` file itself
 // while a session that may outlive the sandbox runs.
