@@ -32,9 +32,9 @@ export const DEFAULT_UID_LOCK_DIR = "/run/oz0-sandbox/session-uids";
 /**
  * The helper. Requests, one a line: "L <name>" locks the file <name> and answers 1, or 0 when another holds it;
  * "L <name> <other>" does so only while nobody holds <other> (a uid whose keeper holds its `-kept` lock is not
- * free), answering 0 otherwise; "U <name>" lets <name> go, with no answer. "E <why>" answers a request that failed.
+ * free), answering 0 otherwise; "U <name>" lets <name> go (1). "E <why>" answers a request that failed.
  * A name this helper holds already is another's to a new lock too: flock belongs to the open file, not the process.
- * One round trip a uid taken, none a uid given back: each wakes the sandbox's event loop.
+ * One round trip a uid taken, and one given back (so that a uid given back is free to every other sandbox at once).
  *
  * A file is removed by whoever lets it go, while still locking it (a range of 65,536 uids would otherwise leave
  * twice as many files on /run's tmpfs); so a lock counts only once the name is still the file locked, and a probe of
@@ -72,7 +72,7 @@ sub take {
 while (my $line = <STDIN>) {
   chomp $line;
   my ($op, $name, $unless) = $line =~ /^([LU]) (\d+(?:-kept)?)(?: (\d+-kept))?$/ or do { print "E bad request\n"; next };
-  if ($op eq "U") { if (my $fh = delete $held{$name}) { unlink $name; close $fh } next }
+  if ($op eq "U") { if (my $fh = delete $held{$name}) { unlink $name; close $fh } print "1\n"; next }
   my $fh = eval {
     my $fh = take($name, 1);
     if ($fh && defined $unless) {
@@ -206,13 +206,17 @@ export class UidLocks {
     }
   }
 
-  /** Lets go of `name` (the helper answers nothing: the next request finds it let go); nothing to do once closed. */
-  unlock(name: string): void {
+  /**
+   * Lets go of `name`, resolving once another sandbox can take it. Never rejects: a helper that died let go of it
+   * already, and one that was never told of it (a retake not yet asked) is not told now. Nothing to do once closed.
+   */
+  async unlock(name: string): Promise<void> {
     this.#held.delete(name);
     this.#toRetake.delete(name);
     this.#lost.delete(name);
     this.#settleRetake(name, false);
-    if (!this.#closed) this.#helper?.stdin?.write(`U ${name}\n`);
+    if (this.#closed || this.#helper === undefined) return;
+    await this.#ask(`U ${name}`).catch(() => {});
   }
 
   /** Ends the helper, which lets go of every lock this pool still holds (as the sandbox's exit would). */

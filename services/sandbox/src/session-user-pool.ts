@@ -252,7 +252,7 @@ export class SessionUserPool {
         this.#quarantine(new Holding(user, this));
         continue;
       }
-      this.#locks.unlock(lockName(uid));
+      await this.#locks.unlock(lockName(uid));
       cleared++;
     }
     return cleared;
@@ -313,7 +313,7 @@ export class SessionUserPool {
     );
     setTimeout(() => {
       void (async () => {
-        if (await this.#clean(holding.user)) this.#letGo(holding);
+        if (await this.#clean(holding.user)) await this.#letGo(holding);
         else this.#quarantine(holding);
       })();
     }, this.#quarantineRetryMs).unref();
@@ -332,8 +332,8 @@ export class SessionUserPool {
     return false;
   }
 
-  #letGo(holding: Holding): void {
-    this.#locks.unlock(lockName(holding.user.uid));
+  async #letGo(holding: Holding): Promise<void> {
+    await this.#locks.unlock(lockName(holding.user.uid));
     this.#held.delete(holding.user.uid);
     if (this.#adopted.get(holding.user.uid) === holding) this.#adopted.delete(holding.user.uid);
   }
@@ -344,6 +344,6 @@ export class SessionUserPool {
       this.#quarantine(holding);
       return;
     }
-    this.#letGo(holding);
+    await this.#letGo(holding);
   }
 }
