@@ -127,16 +127,17 @@ interface Waiter {
 /** How long a caller waits for a lock a dead helper held to be taken again before it counts as not this pool's. */
 const RETAKE_WAIT_MS = 10_000;
 
-/** A held name whose helper died: settled true once a new helper took it again, false once that failed. */
+/** A held name whose helper died: resolved true once a new helper took it again, false once that failed. */
 interface Retaking {
-  readonly settled: Promise<boolean>;
-  settle(taken: boolean): void;
+  readonly promise: Promise<boolean>;
+  resolve(taken: boolean): void;
 }
 
+/** Promise.withResolvers, which the project's TypeScript library (ES2023) does not declare. */
 function retaking(): Retaking {
-  let settle!: (taken: boolean) => void;
-  const settled = new Promise<boolean>((resolve) => (settle = resolve));
-  return { settled, settle };
+  let resolve!: (taken: boolean) => void;
+  const promise = new Promise<boolean>((done) => (resolve = done));
+  return { promise, resolve };
 }
 
 /** The uid locks of one pool, through its helper (started at the first request). */
@@ -151,7 +152,7 @@ export class UidLocks {
   #pending = "";
   /** The names this pool holds, or held when a helper died and has not been told otherwise since. */
   readonly #held = new Set<string>();
-  /** Held names a helper died with, until a new one took them again or could not. */
+  /** Held names a helper died with, each resolved true once a new helper took it again, false once that failed. */
   readonly #retaking = new Map<string, Retaking>();
   /** Of those, the ones no new helper was asked for yet. */
   #toRetake = new Set<string>();
@@ -200,7 +201,7 @@ export class UidLocks {
       timer = setTimeout(() => resolve(false), RETAKE_WAIT_MS);
     });
     try {
-      return await Promise.race([pending.settled, timeout]);
+      return await Promise.race([pending.promise, timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -334,16 +335,13 @@ export class UidLocks {
           "a session uid's lock could not be taken again after its helper died: another sandbox may run a session under the uid, which this one no longer acts on",
         );
       },
-      (error: unknown) => {
-        // This helper died too: the next takes it again.
-        if (this.#held.has(name)) this.#toRetake.add(name);
-        this.#logger.error({ err: error, lock: name }, "could not take a session uid's lock again");
-      },
+      // This helper died too: its end has the next one take the name again.
+      (error: unknown) => this.#logger.error({ err: error, lock: name }, "could not take a session uid's lock again"),
     );
   }
 
   #settleRetake(name: string, taken: boolean): void {
-    this.#retaking.get(name)?.settle(taken);
+    this.#retaking.get(name)?.resolve(taken);
     this.#retaking.delete(name);
   }
 }

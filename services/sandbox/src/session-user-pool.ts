@@ -206,22 +206,17 @@ export class SessionUserPool {
     let failure: unknown;
     for (let attempt = 0; attempt < ADOPT_ATTEMPTS; attempt++) {
       if (this.#held.has(uid)) break;
-      // A lock helper that died meanwhile is started again by the next attempt.
-      const locked = await this.#locks.lock(lockName(uid)).then(
-        (taken) => {
-          failure = undefined;
-          return taken;
-        },
-        (error: unknown) => {
-          failure = error;
-          return false;
-        },
-      );
-      if (locked) {
-        this.#held.add(uid);
-        const holding = new Holding({ uid, gid: uid }, this);
-        this.#adopted.set(uid, holding);
-        return new SessionUserLease(holding);
+      failure = undefined;
+      try {
+        if (await this.#locks.lock(lockName(uid))) {
+          this.#held.add(uid);
+          const holding = new Holding({ uid, gid: uid }, this);
+          this.#adopted.set(uid, holding);
+          return new SessionUserLease(holding);
+        }
+      } catch (error) {
+        // A lock helper that died meanwhile is started again by the next attempt.
+        failure = error;
       }
       await new Promise((resolve) => setTimeout(resolve, ADOPT_RETRY_MS));
     }

@@ -200,9 +200,12 @@ function alive(pid: number): boolean {
   }
 }
 
-/** A process running as `uid`, as one left behind by a killed sandbox's session in the user mode would. */
-async function leftoverAs(uid: number): Promise<number> {
-  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", "/bin/sleep", "600"], {
+/**
+ * A process running `command` as `uid`, as one left behind by a killed sandbox's session in the user mode would;
+ * its pid, once it runs as the uid.
+ */
+async function leftoverAs(uid: number, command: readonly string[] = ["/bin/sleep", "600"]): Promise<number> {
+  const child = spawn(findSetpriv()!, [...setprivUserArgs({ uid, gid: uid }), "--", ...command], {
     detached: true,
     stdio: "ignore",
   });
@@ -294,23 +297,10 @@ void it(
     const file = path.join(root, "stopped-killer.lock");
     // A process of the uid stopping every other one of it as fast as it can: the keeper's killer is one once it took the
     // uid, and this may stop it before it kills (Linux before 6.12, or a process outside the sessions' signal scope).
-    const stopper = spawn(
-      findSetpriv()!,
-      [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/perl", "-e", 'for (;;) { kill "STOP", -1 }'],
-      { detached: true, stdio: "ignore" },
-    );
-    stopper.unref();
+    const stopper = await leftoverAs(uid, ["/usr/bin/perl", "-e", 'for (;;) { kill "STOP", -1 }']);
     const dir = path.join(root, "stopped-killer");
     mkdirSync(dir);
     try {
-      for (
-        let waited = 0;
-        !new RegExp(`^Uid:\\s+${uid}\\s`, "m").test(readFileSync(`/proc/${stopper.pid}/status`, "utf8"));
-        waited += 10
-      ) {
-        assert.ok(waited < 5_000, "the stopper never ran as its uid");
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
       const kept = keeperSpawn({ dir, orphanMs: 60_000, spares: { take: () => undefined }, hold: { uid, file } })(
         "/bin/sh",
         ["-c", "read line; echo ran"],
@@ -336,7 +326,7 @@ void it(
         });
       assert.deepEqual(stoppedOfUid, [], "no stopped killer is left behind");
     } finally {
-      if (alive(stopper.pid!)) process.kill(stopper.pid!, "SIGKILL");
+      if (alive(stopper)) process.kill(stopper, "SIGKILL");
     }
   },
 );

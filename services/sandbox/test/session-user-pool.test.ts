@@ -61,6 +61,18 @@ function processGroupOf(pid: number): number {
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
 }
 
+/** What a Python program run as `uid` printed, as JSON; it must succeed. */
+function pythonAs(uid: number, lines: string[], args: string[] = []): unknown {
+  const run = spawnSync(
+    findSetpriv()!,
+    // Debian's: a python3 first on PATH may be in root's home (pyenv), closed to the uid.
+    [...setprivUserArgs({ uid, gid: uid }), "--", "/usr/bin/python3", "-c", lines.join("\n"), ...args],
+    { encoding: "utf8" },
+  );
+  assert.equal(run.status, 0, run.stderr);
+  return JSON.parse(run.stdout);
+}
+
 /** Ends a lock holder and waits until it is gone (its lock with it). */
 async function release(holder: ChildProcess): Promise<void> {
   if (holder.exitCode !== null || holder.signalCode !== null) return;
@@ -166,34 +178,24 @@ void describe("session uids", { skip }, () => {
     const pool = new SessionUserPool({ range: { base: uid, count: 1 }, logger });
     const keptFile = pool.keptLockFile(uid);
     const dir = path.dirname(keptFile);
-    const tried = spawnSync(
-      findSetpriv()!,
+    const tried = pythonAs(
+      uid,
       [
-        ...setprivUserArgs({ uid, gid: uid }),
-        "--",
-        "/usr/bin/python3",
-        "-c",
-        [
-          "import fcntl, json, os, sys",
-          "dir, kept, uid = sys.argv[1], sys.argv[2], sys.argv[3]",
-          "def attempt(what):",
-          "  try: what(); return 'done'",
-          "  except OSError as e: return e.__class__.__name__",
-          "print(json.dumps({",
-          "  'list': attempt(lambda: os.listdir(dir)),",
-          "  'open': attempt(lambda: open(os.path.join(dir, uid), 'a')),",
-          "  'lock': attempt(lambda: fcntl.flock(open(kept, 'a'), fcntl.LOCK_EX)),",
-          "  'replace': attempt(lambda: os.rename(dir, dir + '.x')),",
-          "}))",
-        ].join("\n"),
-        dir,
-        keptFile,
-        String(uid),
+        "import fcntl, json, os, sys",
+        "dir, kept, uid = sys.argv[1], sys.argv[2], sys.argv[3]",
+        "def attempt(what):",
+        "  try: what(); return 'done'",
+        "  except OSError as e: return e.__class__.__name__",
+        "print(json.dumps({",
+        "  'list': attempt(lambda: os.listdir(dir)),",
+        "  'open': attempt(lambda: open(os.path.join(dir, uid), 'a')),",
+        "  'lock': attempt(lambda: fcntl.flock(open(kept, 'a'), fcntl.LOCK_EX)),",
+        "  'replace': attempt(lambda: os.rename(dir, dir + '.x')),",
+        "}))",
       ],
-      { encoding: "utf8" },
+      [dir, keptFile, String(uid)],
     );
-    assert.equal(tried.status, 0, tried.stderr);
-    assert.deepEqual(JSON.parse(tried.stdout), {
+    assert.deepEqual(tried, {
       list: "PermissionError",
       open: "PermissionError",
       lock: "PermissionError",
@@ -395,27 +397,14 @@ void describe("session uids", { skip }, () => {
     // As a session of a killed sandbox leaves them: made by its uid, which then runs nothing. Until the uid is next
     // taken they would hold memory (a segment, a file in /dev/shm) and some of the node's few System V ids.
     const uid = BASE + 1;
-    const made = spawnSync(
-      findSetpriv()!,
-      [
-        ...setprivUserArgs({ uid, gid: uid }),
-        "--",
-        // Debian's: a python3 first on PATH may be in root's home (pyenv), closed to the uid.
-        "/usr/bin/python3",
-        "-c",
-        [
-          "import ctypes, json, os",
-          "libc = ctypes.CDLL(None, use_errno=True)",
-          "shm, sem = libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600)",
-          "file = '/dev/shm/oz0-left-%d' % os.getpid()",
-          "open(file, 'w').write('x')",
-          "print(json.dumps({'shm': shm, 'sem': sem, 'file': file}))",
-        ].join("\n"),
-      ],
-      { encoding: "utf8" },
-    );
-    assert.equal(made.status, 0, made.stderr);
-    const left = JSON.parse(made.stdout) as { shm: number; sem: number; file: string };
+    const left = pythonAs(uid, [
+      "import ctypes, json, os",
+      "libc = ctypes.CDLL(None, use_errno=True)",
+      "shm, sem = libc.shmget(0, 4096, 0o1600), libc.semget(0, 1, 0o1600)",
+      "file = '/dev/shm/oz0-left-%d' % os.getpid()",
+      "open(file, 'w').write('x')",
+      "print(json.dumps({'shm': shm, 'sem': sem, 'file': file}))",
+    ]) as { shm: number; sem: number; file: string };
     assert.ok(systemVIds("shm").includes(left.shm) && systemVIds("sem").includes(left.sem) && existsSync(left.file));
     assert.equal(await new SessionUserPool({ range: { base: uid, count: 1 }, logger }).clearLeftovers(), 1);
     assert.equal(systemVIds("shm").includes(left.shm), false, "the segment was removed");
