@@ -86,12 +86,7 @@ export class PostgresGroupCommit {
 
   #current(): Batch {
     if (this.#batch) return this.#batch;
-    let resolve!: () => void;
-    let reject!: (error: unknown) => void;
-    const done = new Promise<void>((res, rej) => {
-      resolve = res;
-      reject = rej;
-    });
+    const { promise: done, resolve, reject } = Promise.withResolvers<void>();
     const batch: Batch = { begins: [], attempts: [], calls: [], settles: [], done, resolve, reject };
     this.#batch = batch;
     setImmediate(() => this.#flush(batch));

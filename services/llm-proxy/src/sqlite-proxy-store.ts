@@ -148,7 +148,7 @@ interface WriteBatch {
   /** Calls whose slot in flight is freed once it is committed. */
   ended: string[];
   /** Settles once the batch is committed (or failed). */
-  committed: { promise: Promise<void>; resolve: () => void; reject: (error: unknown) => void };
+  committed: PromiseWithResolvers<void>;
 }
 
 export class SqliteProxyStore implements ProxyStore {
@@ -651,13 +651,8 @@ export class SqliteProxyStore implements ProxyStore {
 const RESOLVED = Promise.resolve();
 
 function deferred(): WriteBatch["committed"] {
-  let resolve!: () => void;
-  let reject!: (error: unknown) => void;
-  const promise = new Promise<void>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
+  const committed = Promise.withResolvers<void>();
   // Its writers see a failure; the uncaught one is for onWriteError.
-  promise.catch(() => undefined);
-  return { promise, resolve, reject };
+  committed.promise.catch(() => undefined);
+  return committed;
 }

@@ -127,19 +127,6 @@ interface Waiter {
 /** How long a caller waits for a lock a dead helper held to be taken again before it counts as not this pool's. */
 const RETAKE_WAIT_MS = 10_000;
 
-/** A held name whose helper died: resolved true once a new helper took it again, false once that failed. */
-interface Retaking {
-  readonly promise: Promise<boolean>;
-  resolve(taken: boolean): void;
-}
-
-/** Promise.withResolvers, which the project's TypeScript library (ES2023) does not declare. */
-function retaking(): Retaking {
-  let resolve!: (taken: boolean) => void;
-  const promise = new Promise<boolean>((done) => (resolve = done));
-  return { promise, resolve };
-}
-
 /** The uid locks of one pool, through its helper (started at the first request). */
 export class UidLocks {
   readonly dir: string;
@@ -153,7 +140,7 @@ export class UidLocks {
   /** The names this pool holds, or held when a helper died and has not been told otherwise since. */
   readonly #held = new Set<string>();
   /** Held names a helper died with, each resolved true once a new helper took it again, false once that failed. */
-  readonly #retaking = new Map<string, Retaking>();
+  readonly #retaking = new Map<string, PromiseWithResolvers<boolean>>();
   /** Of those, the ones no new helper was asked for yet. */
   #toRetake = new Set<string>();
   /** Held names another sandbox took while no helper held them: their uids are not this pool's alone any more. */
@@ -304,7 +291,7 @@ export class UidLocks {
     if (this.#held.size === 0 || this.#closed) return;
     for (const name of this.#held) {
       if (this.#lost.has(name)) continue;
-      if (!this.#retaking.has(name)) this.#retaking.set(name, retaking());
+      if (!this.#retaking.has(name)) this.#retaking.set(name, Promise.withResolvers<boolean>());
       this.#toRetake.add(name);
     }
     // At once, unless it died young: one that cannot start at all (perl gone) is not started again in a tight loop.
