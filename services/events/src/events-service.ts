@@ -1,8 +1,8 @@
 // The RPC handlers, kept thin: redaction, the log and the transcript live in
 // their own modules and know nothing about Connect.
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { LIFECYCLE_TYPES } from "@oz0/events-client";
-import type { Logger } from "@oz0/serving";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { LIFECYCLE_EVENTS, LIFECYCLE_TYPES, isLifecycleType, type LifecycleSource } from "@oz0/events-client";
+import { principalOf, type Logger } from "@oz0/serving";
 import type { EventsService, PublicEvent, PublishRequest } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { KafkaRelay } from "./kafka-relay.js";
 import { OutboxWriteError, type AppendResult, type Outbox } from "./outbox.js";
@@ -15,6 +15,20 @@ export const MAX_PUBLISH_BATCH = 10_000;
 const WATCH_PAGE = 500;
 /** Unknown types remembered so each is logged once; past this many, the rest go unlogged (PublishResponse.reduced still counts them). */
 const MAX_UNKNOWN_TYPES_LOGGED = 1_000;
+
+/** Sender and type pairs refused so each is logged once; past this many, the rest go unlogged (PublishResponse.dropped still counts them). */
+const MAX_REFUSED_SENDS_LOGGED = 1_000;
+
+/**
+ * The producer a Publish comes from: the calling service, as its credential
+ * proved it. Undefined when the call carries no service's credential (a
+ * service run without authentication): its events keep the source they name.
+ */
+function senderOf(context: HandlerContext): LifecycleSource | undefined {
+  const principal = principalOf(context);
+  if (principal?.kind !== "service" || principal.id === "events") return undefined;
+  return principal.id;
+}
 
 /** What Publish answers a call and PublishStream each batch (PublishResponse's and PublishStreamResponse's fields). */
 interface BatchAnswer {
@@ -58,8 +72,34 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     }
     return reduced;
   };
+  const refusedSends = new Set<string>();
+  /**
+   * Whether `sender` may publish an event of `type`: a known type only from a
+   * service its entry in LIFECYCLE_EVENTS names (a sandbox credential, which
+   * every sandbox node holds, cannot say a job completed or an approval was
+   * answered). A type this service does not know is kept with its envelope
+   * only (sayUnknown), whoever sends it.
+   */
+  const maySend = (sender: LifecycleSource | undefined, type: string): boolean => {
+    if (sender === undefined || !isLifecycleType(type)) return true;
+    const senders: readonly LifecycleSource[] = LIFECYCLE_EVENTS[type].sentBy;
+    if (senders.includes(sender)) return true;
+    const pair = `${sender} ${type}`;
+    if (!refusedSends.has(pair) && refusedSends.size < MAX_REFUSED_SENDS_LOGGED) {
+      refusedSends.add(pair);
+      logger.warn(
+        { code: "EVENTS_SENDER_REFUSED", sender, type, sentBy: senders },
+        `dropped events of type ${type} published with the ${sender} service's credential: only ${senders.join(" and ")} may send them; check which credential that producer holds`,
+      );
+    }
+    return false;
+  };
   // One batch, as Publish and each message of PublishStream take it: answered once its events are durable.
-  const publishBatch = async (request: Pick<PublishRequest, "events">): Promise<BatchAnswer> => {
+  // `sender` is the calling service: each event's source is the sender's name, whatever the event says.
+  const publishBatch = async (
+    request: Pick<PublishRequest, "events">,
+    sender: LifecycleSource | undefined,
+  ): Promise<BatchAnswer> => {
     if (request.events.length > MAX_PUBLISH_BATCH) {
       throw new ConnectError(
         `a Publish carries at most ${MAX_PUBLISH_BATCH} events (got ${request.events.length}); split the batch`,
@@ -71,6 +111,11 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     request.events.forEach((raw, index) => {
       const outcome = redactEvent(raw);
       if (outcome.ok) {
+        if (!maySend(sender, outcome.event.type)) {
+          dropped++;
+          return;
+        }
+        if (sender !== undefined) outcome.event.source = sender;
         redacted.push(outcome.event);
         return;
       }
@@ -104,15 +149,16 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
     return { accepted: appended.length, duplicates, dropped, reduced: sayUnknown(appended) };
   };
   return {
-    publish: publishBatch,
+    publish: (request, context) => publishBatch(request, senderOf(context)),
 
     // A producer's batches one after another on one stream (it sends the next
     // once this one is answered): each answered in order, as Publish answers
     // it. An error ends the stream, and the producer sends the batch again.
     // The stream ends when the service closes, between batches, so a producer's
     // idle stream never holds up the close (the producer opens a new one).
-    async *publishStream(requests) {
+    async *publishStream(requests, context) {
       if (deps.shutdown.aborted) return;
+      const sender = senderOf(context);
       const batches = requests[Symbol.asyncIterator]();
       let closed: () => void = () => undefined;
       const closing = new Promise<undefined>((resolve) => (closed = () => resolve(undefined)));
@@ -121,7 +167,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
         for (;;) {
           const next = await Promise.race([batches.next(), closing]);
           if (next === undefined || next.done) return;
-          yield await publishBatch(next.value);
+          yield await publishBatch(next.value, sender);
         }
       } finally {
         deps.shutdown.removeEventListener("abort", closed);

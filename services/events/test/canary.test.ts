@@ -11,7 +11,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { toJsonString } from "@bufbuild/protobuf";
 import { FINISH_SUMMARY } from "@oz0/events";
-import { createEventPublisher, type EventPublisher } from "@oz0/events-client";
+import { createEventPublisher, type EventPublisher, type LifecycleSource } from "@oz0/events-client";
 import { PublicEventSchema, TranscriptResponseSchema } from "@oz0/proto/oz0/events/v1/events_pb";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { startEventsProcess, type EventsProcess } from "./fixtures/events-process.js";
@@ -23,7 +23,8 @@ const brokers = (process.env.KAFKA_BROKERS ?? "").split(",").filter(Boolean);
 const topic = `oz0.canary.${Date.now()}`;
 const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-events-canary-"));
 let service: EventsProcess;
-let publisher: EventPublisher;
+/** A publisher per producer, each with its service's credential: an event goes with its source's. */
+const publishers = new Map<LifecycleSource, EventPublisher>();
 const publisherLog: string[] = [];
 
 before(async () => {
@@ -34,18 +35,22 @@ before(async () => {
     OZ0_EVENTS_DATA: dataDir,
     OZ0_LOG_LEVEL: "debug",
   });
-  publisher = createEventPublisher({
-    token: testCredentials.services.orchestrator,
-    url: service.url,
-    logger: {
-      warn: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),
-      error: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),
-    },
-  });
+  for (const source of ["orchestrator", "sandbox", "llm-proxy"] as const)
+    publishers.set(
+      source,
+      createEventPublisher({
+        token: testCredentials.services[source],
+        url: service.url,
+        logger: {
+          warn: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),
+          error: (obj, msg) => publisherLog.push(JSON.stringify({ obj, msg })),
+        },
+      }),
+    );
 });
 
 after(async () => {
-  await publisher?.close();
+  for (const publisher of publishers.values()) await publisher.close();
   await service?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 });
@@ -63,8 +68,12 @@ void test("no sensitive field reaches Kafka, Watch, Transcript, the logs or the 
   const markers = canaryMarkers();
   const jobId = "job-canary";
   const raw = canaryJob(jobId, markers);
-  publisher.publish(raw);
-  await publisher.flush();
+  // In order, each event with the credential of the service it says sent it (the malformed ones the orchestrator's).
+  for (const event of raw) {
+    const publisher = publishers.get(event.source as LifecycleSource) ?? publishers.get("orchestrator")!;
+    publisher.publish(event);
+    await publisher.flush();
+  }
 
   const expected = raw.length - 2; // the malformed id and the malformed type are refused
   const watched = await watchAll(service.url, { jobId });

@@ -29,14 +29,14 @@ function tempDir(): string {
 
 const quiet = { warn: () => undefined, error: () => undefined };
 const publisherFor = (url: string): EventPublisher =>
-  createEventPublisher({ token: testCredentials.services.sandbox, url, logger: quiet, lingerMs: 0 });
+  createEventPublisher({ token: testCredentials.services.orchestrator, url, logger: quiet, lingerMs: 0 });
 
 /** Event `n` of producer `p`: its id says who sent it and in which order. */
 const eventOf = (p: number, n: number) =>
   rawEvent("graph.step_started", {
     id: `p${p}-n${n}`,
     jobId: `job-${p}`,
-    source: "sandbox",
+    source: "orchestrator",
     attributes: { iteration: n },
   });
 

@@ -97,6 +97,9 @@ export type RawEvent = Message<"oz0.events.v1.RawEvent"> & {
 
   /**
    * Who produced it, for example `orchestrator`, `sandbox`, `llm-proxy`.
+   * The service replaces it with the name of the service whose credential
+   * published it, and drops a known type that service does not send
+   * (counted in `PublishResponse.dropped`).
    *
    * @generated from field: string source = 4;
    */
