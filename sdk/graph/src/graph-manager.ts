@@ -43,6 +43,7 @@ export type ControlEvent =
 /**
  * What the manager decided.
  * - `retry`: run the failed step again; at `max_iterations`, grant another `maxIterations` rounds.
+ *   Both are capped by the runner's `maxRetries`; past it the step or loop fails with `STEP_FAILED`.
  * - `skip`: continue as if the step succeeded without writing; at `max_iterations`, leave the loop.
  * - `abort`: end the run as aborted.
  * - `answer`: use `text` as the step's output (step error, max iterations) or as the reply to an in-flight invoke.

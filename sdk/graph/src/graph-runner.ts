@@ -102,7 +102,10 @@ export interface GraphRunnerOptions {
    * with the run id, node id, step path and iteration as attributes.
    */
   tracer?: GraphTracer;
-  /** Retries a manager may ask for per step before the step fails anyway (default 3). */
+  /**
+   * Retries a manager may ask for per step before the step fails anyway, and
+   * per loop that reaches maxIterations before the loop fails (default 3).
+   */
   maxRetries?: number;
   /** Known agent and step names for validation; omitted names are not checked. */
   validate?: ValidateOptions;
@@ -810,7 +813,11 @@ class RunExecution {
   async #loop(node: LoopNode, ctx: HarnessContext, scope: Scope, path: string): Promise<void> {
     const step = node.maxIterations as number;
     const until = node.until as Flow;
+    const retries = this.#options.maxRetries ?? 3;
     let limit = step;
+    // Retries the manager granted at maxIterations. Each is a recorded decision
+    // that a resumed run replays through this loop, so a restart keeps the count.
+    let extensions = 0;
     const badVerdict = (v: unknown): GraphError =>
       new GraphError(
         "LOOP_BAD_CHOICE",
@@ -819,8 +826,15 @@ class RunExecution {
     for (let iteration = 1; ; iteration++) {
       if (iteration > limit) {
         const decision = await this.#maxIterations(node, ctx, scope, path, limit);
-        if (decision.action === "retry") limit += step;
-        else if (decision.action === "abort")
+        if (decision.action === "retry") {
+          if (++extensions > retries) {
+            throw new GraphError(
+              "STEP_FAILED",
+              `loop ${node.id} at ${path} hit maxIterations (${step}) and the manager's retries ran out: it asked for more iterations after iteration ${limit}, and may grant ${step} more at most ${retries} times (maxRetries). Raise the GraphRunner's maxRetries and resume the run, or raise the loop's maxIterations for new runs`,
+            );
+          }
+          limit += step;
+        } else if (decision.action === "abort")
           throw new RunAborted(decision.reason ?? `loop ${node.id} reached maxIterations`);
         else return;
       }

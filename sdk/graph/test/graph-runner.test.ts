@@ -286,6 +286,101 @@ void test("maxIterations reached asks the manager, whose decision can grant more
   assert.equal(aborted.status, "aborted");
 });
 
+void test("a manager that keeps answering retry at maxIterations gets at most maxRetries extensions, then the loop fails", async () => {
+  const h = new Harness("endless");
+  h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2);
+  let coded = 0;
+  // A reviewer that never approves and a manager that always grants more rounds: the loop must still end.
+  const executor = new InProcessExecutor({ agents: { coder: () => `v${++coded}`, reviewer: () => "again" } });
+  const retries = (): ManagerDecision[] => Array.from({ length: 50 }, () => ({ action: "retry" }) as const);
+
+  const manager = scriptedManager(retries());
+  const result = await new GraphRunner({ definition: h.toDefinition(), executor, manager, maxRetries: 3 }).run({
+    prompt: "p",
+  });
+  assert.equal(result.status, "failed");
+  assert.equal(result.error?.code, "STEP_FAILED");
+  assert.match(
+    result.error?.message ?? "",
+    /^loop loop:coder at \/0 hit maxIterations \(2\) and the manager's retries ran out: .* Raise the GraphRunner's maxRetries and resume the run/,
+  );
+  assert.equal(coded, 8, "2 iterations, then 3 extensions of 2");
+  assert.deepEqual(
+    manager.events.map((e) => (e.kind === "max_iterations" ? e.maxIterations : 0)),
+    [2, 4, 6, 8],
+  );
+
+  // The default cap is the same 3; with maxRetries 0 the first retry is refused.
+  coded = 0;
+  const byDefault = new GraphRunner({ definition: h.toDefinition(), executor, manager: scriptedManager(retries()) });
+  assert.equal((await byDefault.run({ prompt: "p" })).error?.code, "STEP_FAILED");
+  assert.equal(coded, 8);
+  coded = 0;
+  const none = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor,
+    manager: scriptedManager(retries()),
+    maxRetries: 0,
+  }).run({ prompt: "p" });
+  assert.equal(none.error?.code, "STEP_FAILED");
+  assert.equal(coded, 2);
+});
+
+void test("a restart in the middle of a loop's extensions does not reset their count", async () => {
+  const store = new InMemoryCheckpointStore();
+  const h = new Harness("endless-resume");
+  h.loop(agent("coder")).until(agent("reviewer")).maxIterations(2);
+  const def = h.toDefinition();
+  const coded: number[] = [];
+  const executor = new InProcessExecutor({
+    agents: {
+      coder: ({ iteration }) => {
+        coded.push(iteration);
+        // The first time iteration 5 runs, it never returns: the process "dies" there.
+        if (iteration === 5 && coded.filter((i) => i === 5).length === 1) return new Promise<string>(() => undefined);
+        return `v${iteration}`;
+      },
+      reviewer: () => "again",
+    },
+  });
+  const retries = (): ManagerDecision[] => Array.from({ length: 50 }, () => ({ action: "retry" }) as const);
+  const asked = (m: { events: ControlEvent[] }): number[] =>
+    m.events.map((e) => (e.kind === "max_iterations" ? e.maxIterations : 0));
+
+  const first = scriptedManager(retries());
+  await new GraphRunner({ definition: def, executor, store, manager: first, maxRetries: 3 }).start({
+    prompt: "p",
+    runId: "loop-r1",
+  });
+  while (coded.length < 5) await new Promise((r) => setImmediate(r));
+  assert.deepEqual(asked(first), [2, 4], "two extensions granted before the crash");
+
+  // A new runner resumes: the two recorded extensions are replayed and still count.
+  const second = scriptedManager(retries());
+  const resumed = new GraphRunner({ definition: def, executor, store, manager: second, maxRetries: 3 });
+  const result = await (await resumed.resume({ runId: "loop-r1" })).result;
+  assert.equal(result.status, "failed");
+  assert.equal(result.error?.code, "STEP_FAILED");
+  assert.match(result.error?.message ?? "", /maxIterations \(2\) and the manager's retries ran out/);
+  assert.deepEqual(asked(second), [6, 8]);
+  assert.deepEqual(coded, [1, 2, 3, 4, 5, 5, 6, 7, 8]);
+
+  // Resuming the failed run replays the refused retry: it fails the same way without asking or running anything.
+  const third = scriptedManager(retries());
+  const again = new GraphRunner({ definition: def, executor, store, manager: third, maxRetries: 3 });
+  const replayed = await (await again.resume({ runId: "loop-r1" })).result;
+  assert.deepEqual([replayed.status, replayed.error?.code], ["failed", "STEP_FAILED"]);
+  assert.deepEqual([third.events.length, coded.length], [0, 9]);
+
+  // With a higher maxRetries the recorded retry is granted and the loop goes on.
+  const fourth = scriptedManager([{ action: "skip" }]);
+  const raised = new GraphRunner({ definition: def, executor, store, manager: fourth, maxRetries: 4 });
+  const done = await (await raised.resume({ runId: "loop-r1" })).result;
+  assert.equal(done.status, "succeeded");
+  assert.deepEqual(asked(fourth), [10]);
+  assert.deepEqual(coded.slice(9), [9, 10]);
+});
+
 void test("a terminal that sets neither again nor break fails the step", async () => {
   const h = new Harness("bad-terminal");
   h.loop(agent("coder"))
