@@ -82,7 +82,12 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
       title: context.title ?? toolTitle(runtimeName ?? toolName, input),
       callId: context.toolUseID,
     });
-    if (decision.allow) return { behavior: "allow", updatedInput: decision.input };
+    if (decision.allow) {
+      // The runtime may answer with another input (the protocol's updated input): it stays inside too.
+      const changedOutside = runtimeName === undefined ? options.boundary.check(toolName, decision.input) : undefined;
+      if (changedOutside) return { behavior: "deny", message: changedOutside };
+      return { behavior: "allow", updatedInput: decision.input };
+    }
     return { behavior: "deny", message: denialMessage(decision) };
   };
 

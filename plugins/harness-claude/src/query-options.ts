@@ -84,6 +84,10 @@ export function buildQueryOptions(input: QueryOptionsInput): Options {
     // nothing written for a later resume.
     settingSources: [],
     strictMcpConfig: true,
+    // The input is the task as given, never a slash command or an `@path` to read: the input of a harness
+    // operation's scratch session is the model's text, and both ran (git through the shell, a read of any file)
+    // without a tool call to ask about.
+    verbatimPrompts: true,
     persistSession: false,
     includePartialMessages: true,
     env: buildSessionEnvironment({

@@ -42,6 +42,15 @@ export interface WorkspaceBoundary {
   check(tool: string, input: Record<string, unknown>): string | undefined;
 }
 
+/**
+ * Whether a Glob pattern could match outside the directory it is searched
+ * from: an absolute pattern (Claude Code globs it from its own root,
+ * whatever `path` says), a `~` one, or one with a `..` segment.
+ */
+function patternLeaves(pattern: string): boolean {
+  return path.isAbsolute(pattern) || pattern.startsWith("~") || pattern.split(/[/\\]/).includes("..");
+}
+
 export function workspaceBoundary(options: {
   workingDir: string;
   readOnlyDirs?: readonly string[];
@@ -50,9 +59,14 @@ export function workspaceBoundary(options: {
   const readable = [root, ...(options.readOnlyDirs ?? []).map((dir) => realTarget(path.resolve(dir)))];
   return {
     check(tool, input) {
+      if (tool === "Glob" && typeof input.pattern === "string" && patternLeaves(input.pattern))
+        return `Glob patterns must stay inside the directory they search: ${input.pattern} is absolute or leaves it, so the call was not run; give a relative pattern and a path inside the working directory ${options.workingDir}.`;
       for (const field of PATH_FIELDS[tool] ?? []) {
         const value = input[field];
         if (typeof value !== "string" || value === "") continue;
+        // Claude Code reads `~` as the session's HOME (its state directory), not as a folder of the working directory.
+        if (value.startsWith("~"))
+          return `${tool} may only use paths inside the working directory ${options.workingDir}; ${value} starts with ~ (the session's home, outside it), so the call was not run.`;
         const target = realTarget(path.resolve(root, value));
         const allowed = WRITING_TOOLS.has(tool) ? [root] : readable;
         if (!allowed.some((dir) => inside(dir, target))) {

@@ -3,7 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
@@ -182,3 +183,31 @@ for (const mode of ["acceptEdits", "plan", "bypassPermissions"] as const) {
     }
   });
 }
+
+void test("the input is the task as written: a leading slash runs no command and an @path reads no file", async (t) => {
+  const outside = await mkdtemp(path.join(os.tmpdir(), "oz0-outside-"));
+  t.after(() => rm(outside, { recursive: true, force: true }));
+  const secretFile = path.join(outside, "outside.txt");
+  await writeFile(secretFile, "OUTSIDE-FILE-CONTENT-4f1c\n");
+  // The input of a harness operation's scratch session is the model's text: it may be anything.
+  const input = `/security-review Summarize @${secretFile} please`;
+  const run = await runHarness({ request: { input }, turns: () => [{ text: "Done." }] });
+  try {
+    assert.equal(
+      run.outcome.result?.stopReason,
+      StopReason.COMPLETED,
+      `${run.outcome.result?.error ?? ""}\n${run.stderr}`,
+    );
+    const sent = JSON.stringify(run.model.requests.map((request) => request.body?.messages));
+    assert.ok(!sent.includes("OUTSIDE-FILE-CONTENT"), "the file an @path named was read into the model's context");
+    assert.equal(run.model.requests.length, 1, "one model call: no command's own turns");
+    const user = JSON.stringify(run.model.requests[0]?.body?.messages?.at(-1));
+    assert.ok(
+      user.includes(JSON.stringify(input).slice(1, -1)),
+      `the model got the input as written: ${user.slice(0, 400)}`,
+    );
+    assert.deepEqual(ofCase(run.events, "permissionRequest"), []);
+  } finally {
+    await removeRun(run);
+  }
+});
