@@ -36,6 +36,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     unit: "bytes (0 keeps none)",
   });
   const maxWaitingApprovals = envInteger(env, "OZ0_MAX_WAITING_APPROVALS", { min: 1, unit: "calls" });
+  const maxOperationsPerJob = envInteger(env, "OZ0_MAX_OPERATIONS_PER_JOB", { min: 1, unit: "operations" });
   const defaultBudgetUsd = envNumber(env, "OZ0_DEFAULT_MAX_BUDGET_USD", { min: 0.01, unit: "US dollars" });
   const maxTranscriptWatchesPerPerson = envInteger(env, "OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON", {
     min: 1,
@@ -67,6 +68,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),
+    ...(maxOperationsPerJob !== undefined ? { maxOperationsPerJob } : {}),
     ...(defaultBudgetUsd !== undefined ? { defaultBudgetUsd } : {}),
     ...(maxTranscriptWatchesPerPerson !== undefined ? { maxTranscriptWatchesPerPerson } : {}),
     ...(consoleDir ? { consoleDir } : {}),

@@ -97,6 +97,11 @@ export interface OrchestratorConfig {
    * refused, and the model reads why. Default 32.
    */
   maxWaitingApprovals?: number;
+  /**
+   * How many harness operations of one job run at once on this replica (OZ0_MAX_OPERATIONS_PER_JOB); later calls
+   * wait for one to end. Default 4.
+   */
+  maxOperationsPerJob?: number;
   /** What a session may spend when its agent sets no harness.max_budget_usd (OZ0_DEFAULT_MAX_BUDGET_USD). */
   defaultBudgetUsd?: number;
   /**
@@ -248,6 +253,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     servedTools: { [GRAPH_MANAGER_TOOLS]: graphManagerTools },
     ...(config.maxSessionStderrBytes !== undefined ? { maxStderrBytes: config.maxSessionStderrBytes } : {}),
     ...(config.maxWaitingApprovals !== undefined ? { maxWaitingApprovals: config.maxWaitingApprovals } : {}),
+    ...(config.maxOperationsPerJob !== undefined ? { maxOperationsPerJob: config.maxOperationsPerJob } : {}),
     ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.

@@ -202,6 +202,7 @@ function setup(options: {
   sandbox: ScriptedSandbox;
   home?: string;
   maxRepairs?: number;
+  maxPerJob?: number;
   stopWaitMs?: number;
   deadline?: Date;
   agent?: AgentVersionRecord;
@@ -239,6 +240,7 @@ function setup(options: {
       },
     },
     ...(options.maxRepairs !== undefined ? { maxRepairs: options.maxRepairs } : {}),
+    ...(options.maxPerJob !== undefined ? { maxPerJob: options.maxPerJob } : {}),
     ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
   });
   const brokenRules: string[] = [];
@@ -535,6 +537,70 @@ void test("operations called in one turn run concurrently", async () => {
     runner.accept({ parent, callId: "rt-2", name: "extract_shipment", input: { task: "b" } }).done,
   ]);
   assert.deepEqual(answers.map((a) => a.id).sort(), ["rt-1", "rt-2"]);
+});
+
+void test("a job runs at most maxPerJob operations at once; later calls wait their turn, and a cancel ends them without a session", async () => {
+  // Scratch sessions are never placed: without the bound, a model's 40 calls in one turn were 40 sessions on its node.
+  const releases: (() => void)[] = [];
+  let running = 0;
+  let peak = 0;
+  const sandbox = new ScriptedSandbox(() => {
+    running++;
+    peak = Math.max(peak, running);
+    const released = new Promise<void>((resolve) => releases.push(resolve)).then(() => void running--);
+    return [{ case: "waitFor", value: released }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })];
+  });
+  const o = setup({ sandbox, maxPerJob: 2 });
+  const first = Array.from({ length: 5 }, (_, i) => extract(o, `rt-${i}`));
+  await sandbox.startedNth(2);
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(sandbox.started.length, 2, "the third call waits for a slot");
+  // Each session that ends lets the next call start, in the order the calls came.
+  while (sandbox.started.length < 5 || releases.length > 0) {
+    const started = sandbox.started.length;
+    releases.shift()?.();
+    if (started < 5) await sandbox.startedNth(started + 1);
+    else await new Promise((r) => setImmediate(r));
+  }
+  await Promise.all(first.map((call) => call.done));
+  assert.equal(peak, 2);
+  assert.deepEqual(
+    o.answers.map((a) => [a.id, a.isError]).sort(),
+    [0, 1, 2, 3, 4].map((i) => [`rt-${i}`, false]),
+  );
+  assert.deepEqual(
+    sandbox.started.map((start) => start.request.input),
+    ["t", "t", "t", "t", "t"],
+  );
+
+  // Waiting calls of a cancelled job start no session.
+  const hung = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
+  const h = setup({ sandbox: hung, maxPerJob: 1 });
+  const calls = [extract(h, "rt-a"), extract(h, "rt-b"), extract(h, "rt-c")];
+  await hung.startedNth(1);
+  h.runner.cancelJob("job_1");
+  await Promise.all(calls.map((call) => call.done));
+  assert.equal(hung.started.length, 1);
+  assert.deepEqual(
+    h.answers.map((a) => a.error.split(":")[0]),
+    ["operation_cancelled", "operation_cancelled", "operation_cancelled"],
+  );
+});
+
+void test("a call id the job already used for another operation is refused, not answered with that operation's result", async () => {
+  const agent = agentWith();
+  const operations = (agent.definition as { harness_operations: Record<string, unknown>[] }).harness_operations;
+  operations.push({ ...operations[0], key: "approve_shipment" });
+  const sandbox = new ScriptedSandbox(() => finish({ shipmentReference: "1", pickupCountry: "DE" }));
+  const { runner, parent, answers } = setup({ sandbox, agent });
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "t" } }).done;
+  await runner.accept({ parent, callId: "rt-1", name: "approve_shipment", input: { task: "approve it?" } }).done;
+  assert.equal(answers[0]!.isError, false);
+  assert.match(
+    answers[1]!.error,
+    /^operation_input_invalid: approve_shipment: call id rt-1 of this job was used for operation extract_shipment already/,
+  );
+  assert.equal(sandbox.started.length, 1);
 });
 
 void test("crash after the checkpoint: the recorded result is reused, not asked again", async () => {

@@ -82,6 +82,8 @@ export interface JobRunnerOptions {
   servedTools?: Record<string, ServedRuntimeTools>;
   /** How much of each session's stderr is stored, its last bytes (OZ0_MAX_SESSION_STDERR_BYTES). Default 1 MiB. */
   maxStderrBytes?: number;
+  /** Harness operations of one job that run at once (OZ0_MAX_OPERATIONS_PER_JOB); later calls wait. Default 4. */
+  maxOperationsPerJob?: number;
   /** How many calls of one session may wait for a person at once (OZ0_MAX_WAITING_APPROVALS). Default 32. */
   maxWaitingApprovals?: number;
   /**
@@ -127,6 +129,7 @@ export class JobRunner {
       ...(options.lifecycle ? { lifecycle: options.lifecycle } : {}),
       ...(options.operationRepairs !== undefined ? { maxRepairs: options.operationRepairs } : {}),
       ...(options.maxStderrBytes !== undefined ? { maxStderrBytes: options.maxStderrBytes } : {}),
+      ...(options.maxOperationsPerJob !== undefined ? { maxPerJob: options.maxOperationsPerJob } : {}),
       ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
       ...(options.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: options.defaultBudgetUsd } : {}),
     });

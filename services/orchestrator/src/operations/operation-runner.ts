@@ -108,7 +108,12 @@ export interface OperationRunnerOptions {
   stopWaitMs?: number;
   /** The budget of a parent whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD); none by default. */
   defaultBudgetUsd?: number;
+  /** Operations of one job that run at once in this process (OZ0_MAX_OPERATIONS_PER_JOB); later calls wait. Default 4. */
+  maxPerJob?: number;
 }
+
+/** Operations of one job that run at once, by default: each is a session on the parent's node that placement does not count. */
+export const DEFAULT_MAX_OPERATIONS_PER_JOB = 4;
 
 type Outcome =
   | { kind: "validated"; result: JsonObject }
@@ -152,6 +157,12 @@ export class OperationRunner {
   readonly #inFlight = new Map<string, symbol>();
   /** Scratch sessions run on their parent's node, never placed: the driver only follows them. */
   readonly #sessions: SessionDriver;
+  /**
+   * Per job, its operations running now and the calls waiting for one of them to end. Scratch sessions
+   * are never placed, so nothing else bounds them: a model that called an operation 40 times in a turn
+   * started 40 sessions on its node at once, filling it for every other job (attacker review).
+   */
+  readonly #slots = new Map<string, { running: number; waiting: (() => void)[] }>();
 
   constructor(options: OperationRunnerOptions) {
     this.#o = options;
@@ -299,6 +310,14 @@ export class OperationRunner {
     } catch (error) {
       return recordFailed(error);
     }
+    if (existing && existing.operationKey !== op.key) {
+      // A call id is the harness's: one reused for another operation (a session restarted elsewhere, a
+      // node that is not ours) must not be answered with the first operation's result.
+      return refuse(
+        "operation_input_invalid",
+        `${name}: call id ${callId.slice(0, 120)} of this job was used for operation ${existing.operationKey} already; each call needs an id of its own`,
+      );
+    }
     if (existing) {
       markRecorded();
       return this.#resume(parent, op, existing);
@@ -320,7 +339,7 @@ export class OperationRunner {
       return recordFailed(error);
     }
     markRecorded();
-    await this.#run(parent, op, record);
+    await this.#inSlot(parent.jobId, () => this.#run(parent, op, record));
   }
 
   /**
@@ -401,7 +420,39 @@ export class OperationRunner {
       return this.#deliver(parent, record.callId, recorded, record);
     }
     // Started but never checkpointed: it runs again (at-least-once execution).
-    await this.#run(parent, op, record, { resumed: true });
+    await this.#inSlot(parent.jobId, () => this.#run(parent, op, record, { resumed: true }));
+  }
+
+  /**
+   * Runs `run` once fewer than maxPerJob of the job's operations run (in call order); a job
+   * cancelled meanwhile runs it at once, and its operation ends cancelled without a session.
+   */
+  async #inSlot(jobId: string, run: () => Promise<void>): Promise<void> {
+    let slots = this.#slots.get(jobId);
+    if (!slots) {
+      slots = { running: 0, waiting: [] };
+      this.#slots.set(jobId, slots);
+    }
+    if (slots.running >= (this.#o.maxPerJob ?? DEFAULT_MAX_OPERATIONS_PER_JOB)) {
+      const signal = this.#signal(jobId);
+      const { promise, resolve } = Promise.withResolvers<void>();
+      const cancelled = (): void => resolve();
+      slots.waiting.push(resolve);
+      signal.addEventListener("abort", cancelled, { once: true });
+      if (signal.aborted) resolve();
+      await promise;
+      signal.removeEventListener("abort", cancelled);
+      const at = slots.waiting.indexOf(resolve);
+      if (at >= 0) slots.waiting.splice(at, 1);
+    }
+    slots.running++;
+    try {
+      await run();
+    } finally {
+      slots.running--;
+      slots.waiting.shift()?.();
+      if (slots.running === 0 && slots.waiting.length === 0) this.#slots.delete(jobId);
+    }
   }
 
   /** `resumed`: an earlier process started it (and published its start). */
