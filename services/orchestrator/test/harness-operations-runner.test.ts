@@ -371,6 +371,35 @@ void test("an invalid result is repaired with the validator's errors, then fails
   );
 });
 
+void test("a result holding a number JSON cannot write (1e400 read as Infinity) is repaired, never handed on", async () => {
+  // Typed or not: an untyped member let Infinity through, and it reached the parent as null after a restart.
+  const agent = agentWith();
+  const operation = (agent.definition as { harness_operations: { result_schema: unknown }[] }).harness_operations[0]!;
+  operation.result_schema = {
+    type: "object",
+    properties: { weight: { type: "number" }, note: {} },
+    required: ["weight"],
+    additionalProperties: false,
+  };
+  const sandbox = new ScriptedSandbox((_, n) =>
+    n === 1
+      ? finish({ weight: 2, note: { at: [1, Number.POSITIVE_INFINITY] } })
+      : n === 2
+        ? finish({ weight: Number.POSITIVE_INFINITY })
+        : finish({ weight: 2, note: "kg" }),
+  );
+  const o = setup({ sandbox, agent });
+  await extract(o, "rt-1").done;
+  assert.equal(sandbox.started.length, 3);
+  assert.match(
+    sandbox.started[1]!.request.input,
+    /- \/note\/at\/1 is not a finite number; JSON has no Infinity or NaN\n/,
+  );
+  assert.match(sandbox.started[2]!.request.input, /- \/weight is not a finite number/);
+  assert.equal(o.answers[0]!.isError, false);
+  assert.deepEqual(toJson(ValueSchema, o.answers[0]!.output!), { weight: 2, note: "kg" });
+});
+
 void test("the timeout is bounded by what is left of the parent's deadline", async () => {
   const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const deadline = new Date(Date.now() + 1_500);

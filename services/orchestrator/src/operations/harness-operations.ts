@@ -74,7 +74,8 @@ const SUBSCHEMA_MAP = new Set(["properties"]);
 
 // `format` is checked, with ajv-formats' full set: a result that breaks the format its schema declares is
 // invalid, as the README promises. A format outside the set is refused when the agent is published.
-const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: false });
+// strictNumbers again after `strict: false` (which turns it off): a typed number must be finite.
+const ajv = new Ajv({ allErrors: true, strict: false, strictNumbers: true, useDefaults: false });
 ajvFormats.default(ajv);
 const FORMATS: readonly string[] = Object.keys(fullFormats);
 
@@ -255,6 +256,22 @@ export function readOperationTask(input: unknown): { task: string } | { error: s
       error: `invalid input: task must be 1–${OPERATION_LIMITS.taskMaxChars.toLocaleString("en")} characters (it has ${n.toLocaleString("en")})`,
     };
   return { task };
+}
+
+/**
+ * Where `value` holds a number JSON cannot write (Infinity or NaN: a harness's
+ * line may say 1e400), as a JSON pointer; undefined when it holds none. Such a
+ * result could pass an untyped part of its schema and then not be sent to the
+ * parent, nor read back from its checkpoint as what was validated.
+ */
+export function nonFiniteNumberAt(value: unknown, pointer = ""): string | undefined {
+  if (typeof value === "number") return Number.isFinite(value) ? undefined : pointer || "/";
+  if (value === null || typeof value !== "object") return undefined;
+  for (const [key, item] of Object.entries(value)) {
+    const found = nonFiniteNumberAt(item, `${pointer}/${key.replaceAll("~", "~0").replaceAll("/", "~1")}`);
+    if (found !== undefined) return found;
+  }
+  return undefined;
 }
 
 /** The validator's errors, as lines a model can act on. */

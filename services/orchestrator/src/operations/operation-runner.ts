@@ -23,6 +23,7 @@ import type { ValidateFunction } from "ajv";
 import {
   compileResultSchema,
   describeValidationErrors,
+  nonFiniteNumberAt,
   OPERATION_INPUT_SCHEMA,
   readOperationTask,
   type HarnessOperationDefinition,
@@ -568,8 +569,12 @@ export class OperationRunner {
         ];
         continue;
       }
-      if (validate(ran.output)) return { kind: "validated", result: ran.output };
-      feedback = describeValidationErrors(validate.errors);
+      const notFinite = nonFiniteNumberAt(ran.output);
+      if (notFinite === undefined && validate(ran.output)) return { kind: "validated", result: ran.output };
+      feedback =
+        notFinite === undefined
+          ? describeValidationErrors(validate.errors)
+          : [`${notFinite} is not a finite number; JSON has no Infinity or NaN`];
       this.#o.logger.info(
         { jobId: options.parent.jobId, callId: options.record.callId, attempt },
         "harness operation result did not validate; repairing",
