@@ -26,8 +26,16 @@ const MAX_COUNT = 2 ** 31 - 1;
 
 type Extract = (attributes: JsonObject) => JsonValue | undefined;
 
+/**
+ * The LLM proxy's session tokens (`oz0st_` and base64url) fit an identifier
+ * and a path, and a session can read its own from its environment: a value
+ * holding one is dropped, so a tool name or a path never publishes a token
+ * that still spends its job's budget.
+ */
+const SESSION_TOKEN = /oz0st_/i;
+
 function identifier(value: JsonValue | undefined): string | undefined {
-  return typeof value === "string" && IDENTIFIER.test(value) ? value : undefined;
+  return typeof value === "string" && IDENTIFIER.test(value) && !SESSION_TOKEN.test(value) ? value : undefined;
 }
 
 /**
@@ -35,12 +43,14 @@ function identifier(value: JsonValue | undefined): string | undefined {
  * between `/`, at most MAX_PATH in all. A tool's path is the model's word: read as any one line, a model (or a
  * document steering it) wrote its task or its result into a `read_file` path, and the public step label carried
  * it. No space, quote, comma or colon passes, so prose does not; a path outside the set is dropped, and the
- * label names the tool alone.
+ * label names the tool alone. Text encoded into the set (base64url, hex) still passes, 512 characters a path.
  */
 const PATH = /^\/?[A-Za-z0-9._-]{1,255}(?:\/[A-Za-z0-9._-]{1,255})*\/?$/;
 
 function path(value: JsonValue | undefined): string | undefined {
-  return typeof value === "string" && value.length <= MAX_PATH && PATH.test(value) ? value : undefined;
+  return typeof value === "string" && value.length <= MAX_PATH && PATH.test(value) && !SESSION_TOKEN.test(value)
+    ? value
+    : undefined;
 }
 
 function count(value: JsonValue | undefined): number | undefined {

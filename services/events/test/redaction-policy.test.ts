@@ -322,6 +322,22 @@ void describe("the redaction policy", () => {
       assert.equal(redact("tool.called", { attributes: { tool_name: "read", path } }).attributes?.path, path);
   });
 
+  void test("a session token in a path or an identifier is dropped: a session can read its own", () => {
+    const token = "oz0st_Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4Zm9vYmFy";
+    for (const path of [`notes/${token}.txt`, token, `/tmp/x-${token.toUpperCase()}`]) {
+      const step = redact("harness.operation_step", {
+        attributes: { step_kind: "tool", step_index: 1, tool_name: "read_file", path },
+      });
+      assert.equal(step.attributes?.path, undefined, path);
+      assert.equal(step.attributes?.label, "read_file");
+    }
+    assert.deepEqual(redact("tool.called", { attributes: { tool_name: token } }).attributes, {});
+    assert.equal(
+      redact("tool.called", { attributes: { tool_name: "read", path: "oz0/st.txt" } }).attributes?.path,
+      "oz0/st.txt",
+    );
+  });
+
   void test("values that are not what the allowlist expects are dropped", () => {
     const event = redact("tool.called", { attributes: { tool_name: "read this secret file please", path: "a\nb" } });
     assert.deepEqual(event.attributes, {});
