@@ -182,6 +182,8 @@ export class SessionGraphExecutor implements GraphExecutor {
   readonly #o: SessionGraphExecutorOptions;
   /** Step jobs whose failure this executor reported: a retry of their step starts a new job. */
   readonly #failed = new Set<string>();
+  /** Per custom step (its idempotency key): how many of its sessions this executor saw fail. */
+  readonly #customStepFailures = new Map<string, number>();
   readonly #sessions: SessionDriver;
 
   constructor(options: SessionGraphExecutorOptions) {
@@ -271,19 +273,35 @@ export class SessionGraphExecutor implements GraphExecutor {
   }
 
   async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {
-    const o = this.#o;
     if (!request.module)
       throw new GraphError(
         "UNKNOWN_STEP",
         `custom step ${request.name} names no module; set module in the graph definition`,
       );
     // Deterministic: a re-run after a crash (here or at another replica) is placed on the node
-    // of the session it started before, and finds it there.
-    const sessionId = `ses_step_${createHash("sha256").update(request.idempotencyKey).digest("hex").slice(0, 24)}`;
+    // of the session it started before, and finds it there. A step this executor saw fail is an
+    // attempt the manager asked to retry: it needs a session of its own, as an agent step's retry
+    // needs a job of its own, or it re-attached to the failed session and read its failure again
+    // for as long as the node kept it. Counted here, as #failed is: after a restart the attempts
+    // re-attach one by one, each failure reported once.
+    const failures = this.#customStepFailures.get(request.idempotencyKey) ?? 0;
+    const key = failures === 0 ? request.idempotencyKey : `${request.idempotencyKey}#retry${failures}`;
+    const sessionId = `ses_step_${createHash("sha256").update(key).digest("hex").slice(0, 24)}`;
+    try {
+      return await this.#customStepSession(request, sessionId, request.module);
+    } catch (error) {
+      if (!request.signal.aborted && !this.#o.halt?.aborted)
+        this.#customStepFailures.set(request.idempotencyKey, failures + 1);
+      throw error;
+    }
+  }
+
+  async #customStepSession(request: CustomStepRequest, sessionId: string, module: string): Promise<CustomStepResult> {
+    const o = this.#o;
     const sandbox = await this.#place(sessionId, request.signal);
     const call: StepCall = {
       name: request.name,
-      module: request.module,
+      module,
       ...(request.export ? { export: request.export } : {}),
       bag: request.ctx.toJSON(),
       runId: request.runId,

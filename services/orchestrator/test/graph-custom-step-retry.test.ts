@@ -1,0 +1,129 @@
+// A custom step the manager asks to retry runs again, in a session of its
+// own. Its session id came from the step's idempotency key alone, and the
+// executor re-attaches before it starts: a retry found the failed session
+// (the node keeps ended sessions for minutes) and read its failure again,
+// until the manager's retries ran out, without the step ever running twice.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
+import { HarnessContext } from "@oz0/graph";
+import { SessionEventSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { SessionGraphExecutor } from "../src/graphs/graph-executor.js";
+import { MessageQueue } from "../src/sessions/message-queue.js";
+import type { SandboxPlacement } from "../src/sessions/sandbox-placement.js";
+import {
+  SessionNotFoundError,
+  type SandboxMessage,
+  type SessionChannel,
+  type SessionRunner,
+  type StartSessionOptions,
+} from "../src/sessions/session-runner.js";
+
+/** A node that keeps every session it ran, and answers a re-attach with its messages. */
+class RecordingNode implements SessionRunner {
+  readonly url = "scripted://node";
+  readonly started: string[] = [];
+  readonly #ended = new Map<string, SandboxMessage[]>();
+  constructor(readonly outcome: (attempt: number) => "fails" | "succeeds") {}
+
+  start(options: StartSessionOptions): SessionChannel {
+    const sessionId = options.request.sessionId;
+    this.started.push(sessionId);
+    const succeeds = this.outcome(this.started.length) === "succeeds";
+    const messages: SandboxMessage[] = [
+      { seq: 1, kind: "started", sessionId },
+      {
+        seq: 2,
+        kind: "event",
+        event: create(SessionEventSchema, {
+          event: {
+            case: "result",
+            value: succeeds
+              ? { stopReason: StopReason.COMPLETED, text: JSON.stringify({ set: { done: true } }) }
+              : { stopReason: StopReason.ERROR, error: "step_error: the step threw" },
+          },
+        }),
+      },
+      { seq: 3, kind: "exited", exitCode: succeeds ? 0 : 1, signal: "", error: "" },
+    ];
+    this.#ended.set(sessionId, messages);
+    return channel(messages);
+  }
+
+  reattach(options: { sessionId: string }): SessionChannel {
+    const messages = this.#ended.get(options.sessionId);
+    if (!messages) {
+      return {
+        // eslint-disable-next-line require-yield -- a channel that throws at once, as the sandbox client's does
+        [Symbol.asyncIterator]: async function* () {
+          throw new SessionNotFoundError(options.sessionId);
+        },
+        answerPermission: async () => undefined,
+        answerRuntimeTool: async () => undefined,
+        close: () => undefined,
+      };
+    }
+    return channel(messages);
+  }
+
+  async cancel(): Promise<void> {}
+}
+
+function channel(messages: SandboxMessage[]): SessionChannel {
+  const queue = new MessageQueue<SandboxMessage>();
+  for (const message of messages) queue.push(message);
+  queue.end();
+  return {
+    [Symbol.asyncIterator]: () => queue[Symbol.asyncIterator](),
+    answerPermission: async () => undefined,
+    answerRuntimeTool: async () => undefined,
+    close: () => queue.end(),
+  };
+}
+
+function executorOn(node: RecordingNode): SessionGraphExecutor {
+  const placement: SandboxPlacement = {
+    tracksNodes: false,
+    place: async () => node,
+    runnerForSession: async () => node,
+    release: async () => undefined,
+    lostSessions: async () => [],
+    lostSession: async () => undefined,
+  };
+  // A custom step reads none of the job machinery: only its placement and plugin folder.
+  return new SessionGraphExecutor({
+    placement,
+    graphJobId: "graph_1",
+    pinnedAgents: {},
+    pluginPath: "/plugins/steps",
+  } as unknown as ConstructorParameters<typeof SessionGraphExecutor>[0]);
+}
+
+const step = {
+  runId: "graph_1",
+  stepId: "step:check",
+  path: "/0",
+  iteration: 0,
+  idempotencyKey: "graph_1/0",
+  name: "check",
+  module: "steps/check.mjs",
+};
+
+void test("a retried custom step runs in a new session, and a restarted executor replays its attempts in order", async () => {
+  const node = new RecordingNode((attempt) => (attempt === 1 ? "fails" : "succeeds"));
+  const executor = executorOn(node);
+  const run = () =>
+    executor.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
+  await assert.rejects(run(), /custom step check failed in the sandbox: step_error: the step threw/);
+  assert.deepEqual(await run(), { set: { done: true } });
+  assert.equal(node.started.length, 2, "the retry started a session of its own");
+  assert.notEqual(node.started[0], node.started[1]);
+
+  // A restart: a new executor re-attaches to the first attempt (its failure is reported once), then the retry's.
+  const restarted = executorOn(node);
+  const again = () =>
+    restarted.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
+  await assert.rejects(again(), /step_error: the step threw/);
+  assert.deepEqual(await again(), { set: { done: true } });
+  assert.equal(node.started.length, 2, "nothing ran a third time");
+});
