@@ -196,6 +196,12 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
       {transcript.error && !/no lifecycle events/.test(transcript.error) ? (
         <p class="muted">Harness operations are not shown: {transcript.error}</p>
       ) : null}
+      {transcript.value && transcript.value.omittedEvents > 0 ? (
+        <p class="muted">
+          Harness operations of the job's oldest {transcript.value.omittedEvents.toLocaleString("en")} lifecycle events
+          are not shown: the events service builds a transcript from a job's newest events.
+        </p>
+      ) : null}
       <ol class="transcript" aria-live="polite">
         {placed.entries.map((entry) => (
           <EntryRow key={entryKey(entry)} entry={entry} calls={placed.calls} />

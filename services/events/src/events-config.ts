@@ -5,6 +5,7 @@
 import {
   authSettingsFromEnv,
   EnvConfigError,
+  envInteger,
   envList,
   envMaxMessageBytes,
   envNumber,
@@ -21,6 +22,7 @@ export const DEFAULT_PORT = 7703;
 export function configFromEnv(env: NodeJS.ProcessEnv): EventsConfig {
   const retentionHours = envNumber(env, "OZ0_EVENTS_RETENTION_HOURS", { unit: "hours (0 keeps every event)" });
   const maxMessageBytes = envMaxMessageBytes(env);
+  const transcriptMaxEvents = envInteger(env, "OZ0_EVENTS_TRANSCRIPT_MAX_EVENTS", { min: 1, unit: "events" });
   return {
     host: envString(env, "OZ0_HOST") ?? "127.0.0.1",
     port: envPort(env, "OZ0_PORT") ?? DEFAULT_PORT,
@@ -30,6 +32,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): EventsConfig {
     ...(retentionHours !== undefined ? { retentionMs: retentionHours * 3_600_000 } : {}),
     auth: authSettingsFromEnv(env),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
+    ...(transcriptMaxEvents !== undefined ? { transcriptMaxEvents } : {}),
   };
 }
 

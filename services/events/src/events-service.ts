@@ -46,12 +46,17 @@ export interface EventsServiceDeps {
   topic?: string;
   /** Aborted when the service closes, ending every Watch stream. */
   shutdown: AbortSignal;
+  /** A transcript's events, the newest of its job (OZ0_EVENTS_TRANSCRIPT_MAX_EVENTS). Default 10,000. */
+  transcriptMaxEvents?: number;
 }
 
 export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof EventsService> {
   const { outbox, relay, logger } = deps;
   const unknownTypes = new Set<string>();
-  const transcripts = new TranscriptCache(outbox);
+  const transcripts = new TranscriptCache(
+    outbox,
+    deps.transcriptMaxEvents !== undefined ? { maxEvents: deps.transcriptMaxEvents } : {},
+  );
   // A type outside the list (another version, another producer) keeps its
   // envelope only (the policy reduces it); the producer is told by the
   // response's count, the operator by one warning per type. It is not

@@ -365,12 +365,24 @@ export class Outbox {
     return row.head ?? 0n;
   }
 
-  /** Every event of one job, in order. */
-  job(jobId: string): PublicEvent[] {
+  /** The newest `limit` events of one job, in order, and how many older ones there are. */
+  jobTail(jobId: string, limit: number): { events: PublicEvent[]; omitted: number } {
     const rows = this.db
-      .prepare("SELECT position, event FROM events WHERE job_id = ? ORDER BY position")
-      .all(jobId) as Row[];
-    return rows.map(toEvent);
+      .prepare("SELECT position, event FROM events WHERE job_id = ? ORDER BY position DESC LIMIT ?")
+      .all(jobId, limit) as Row[];
+    rows.reverse();
+    const oldest = rows[0]?.position;
+    const omitted =
+      rows.length < limit || oldest === undefined
+        ? 0
+        : Number(
+            (
+              this.db
+                .prepare("SELECT count(*) AS n FROM events WHERE job_id = ? AND position < ?")
+                .get(jobId, oldest) as { n: number | bigint }
+            ).n,
+          );
+    return { events: rows.map(toEvent), omitted };
   }
 
   /**

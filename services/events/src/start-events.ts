@@ -38,6 +38,11 @@ export interface EventsConfig {
   retentionMs?: number;
   /** How often retention runs. Default a tenth of the retention, between 1 minute and 1 hour. */
   pruneIntervalMs?: number;
+  /**
+   * A transcript is built from its job's newest this many events (OZ0_EVENTS_TRANSCRIPT_MAX_EVENTS); the
+   * response counts the rest in omitted_events. Default 10,000.
+   */
+  transcriptMaxEvents?: number;
   /** The clock retention goes by. Default Date.now; tests move it. */
   now?: () => number;
   logger?: Logger;
@@ -78,7 +83,14 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
       services: [
         registration(
           EventsService,
-          eventsService({ outbox, relay, logger, shutdown: shutdown.signal, ...(relay ? { topic } : {}) }),
+          eventsService({
+            outbox,
+            relay,
+            logger,
+            shutdown: shutdown.signal,
+            ...(relay ? { topic } : {}),
+            ...(config.transcriptMaxEvents !== undefined ? { transcriptMaxEvents: config.transcriptMaxEvents } : {}),
+          }),
         ),
       ],
     });

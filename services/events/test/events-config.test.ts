@@ -19,6 +19,7 @@ void test("the environment's variables become the events service's configuration
     OZ0_KAFKA_TOPIC: "oz0.lifecycle.v1-test_a",
     OZ0_EVENTS_RETENTION_HOURS: "0.5",
     OZ0_MAX_MESSAGE_BYTES: "33554432",
+    OZ0_EVENTS_TRANSCRIPT_MAX_EVENTS: "2000",
   });
   assert.ok(auth);
   assert.deepEqual(rest, {
@@ -29,6 +30,7 @@ void test("the environment's variables become the events service's configuration
     topic: "oz0.lifecycle.v1-test_a",
     retentionMs: 1_800_000,
     maxMessageBytes: 32 * 1024 * 1024,
+    transcriptMaxEvents: 2000,
   });
 });
 

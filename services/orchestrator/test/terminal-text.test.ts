@@ -317,3 +317,14 @@ void test("an id in a command a person copies is one shell word; a field padded 
   assert.equal(shellWord("toolu_01AbC-9.x"), "toolu_01AbC-9.x");
   assert.equal(fieldText("x".repeat(200)).length, 120);
 });
+
+void test("oz0 jobs transcript says when the events service left a job's oldest events out", () => {
+  const rows = transcriptRows(create(TranscriptResponseSchema, { jobId: "job-big", omittedEvents: 190_000 }));
+  assert.deepEqual(rows, [
+    "transcript of job job-big",
+    "(the job's oldest 190000 events are left out: a transcript is built from a job's newest events)",
+  ]);
+  assert.deepEqual(transcriptRows(create(TranscriptResponseSchema, { jobId: "job-small" })), [
+    "transcript of job job-small",
+  ]);
+});

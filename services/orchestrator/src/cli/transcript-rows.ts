@@ -44,6 +44,10 @@ export function transcriptRows(transcript: TranscriptResponse): string[] {
   const lines = [
     `transcript of job ${transcript.jobId}${first ? ` (times from ${timestampDate(first).toISOString()})` : ""}`,
   ];
+  if (transcript.omittedEvents > 0)
+    lines.push(
+      `(the job's oldest ${transcript.omittedEvents} events are left out: a transcript is built from a job's newest events)`,
+    );
   const announced = new Set<string>();
   for (const { row } of transcript.rows) {
     if (row.case === "event") lines.push(eventRow(row.value, at));
