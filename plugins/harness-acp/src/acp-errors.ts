@@ -13,6 +13,10 @@ export type AcpSessionErrorCode =
   | "invalid_message"
   /** A permission request for a tool call the agent never announced. */
   | "unannounced_tool_call"
+  /** A tool call reported running or done that no permission request answered allow. */
+  | "unpermitted_tool_call"
+  /** The agent is, or switched to, a session mode other than the one that asks before every tool call. */
+  | "permission_mode"
   /** The agent speaks another ACP protocol version. */
   | "unsupported_protocol_version"
   /** `initialize`, `session/new` or `session/prompt` was answered with an error. */

@@ -60,6 +60,39 @@ export function resultForStopReason(stopReason: string, text: string): ResultIni
   }
 }
 
+/** The mode that asks before every tool call, in the agents that name their modes (Claude Code, Gemini CLI). */
+const ASKING_MODE = "default";
+/** Modes of known agents that run tool calls without asking. */
+const NON_ASKING_MODES = new Set([
+  "bypassPermissions",
+  "acceptEdits",
+  "dontAsk",
+  "yolo",
+  "autoEdit",
+  "auto_edit",
+  "full-access",
+]);
+
+/**
+ * The mode the session must run in, given what `session/new` reported: the
+ * agent's `default` mode when it offers one, else the mode it is in unless
+ * that is known to skip asking (then undefined: the session cannot run).
+ */
+export function askingMode(modes: unknown): { mode: string | undefined; current: string | undefined } {
+  if (typeof modes !== "object" || modes === null) return { mode: undefined, current: undefined };
+  const { currentModeId, availableModes } = modes as { currentModeId?: unknown; availableModes?: unknown };
+  const current = typeof currentModeId === "string" ? currentModeId : undefined;
+  const offered = Array.isArray(availableModes)
+    ? availableModes.flatMap((m: unknown) =>
+        typeof m === "object" && m !== null && typeof (m as { id?: unknown }).id === "string"
+          ? [(m as { id: string }).id]
+          : [],
+      )
+    : [];
+  if (offered.includes(ASKING_MODE)) return { mode: ASKING_MODE, current };
+  return { mode: current !== undefined && !NON_ASKING_MODES.has(current) ? current : undefined, current };
+}
+
 /** A session in progress; `cancel()` is what SIGTERM calls. */
 export class AcpSessionRun {
   readonly #options: AcpSessionOptions;
@@ -150,6 +183,7 @@ export class AcpSessionRun {
       agent.kind === "preset"
         ? presetLaunch(agent.preset, {
             stateDir: request.stateDir,
+            workingDir: request.workingDir,
             instructions: request.instructions,
             maxTurns: request.limits?.maxTurns ?? 0,
             model: this.#session.model.model,
@@ -188,6 +222,8 @@ export class AcpSessionRun {
       onFailure: (error) => this.#fail(error),
       onStderr: (chunk) => process.stderr.write(chunk),
       onSessionUpdate: (params) => {
+        // Once the session failed, nothing more the agent reports reaches the runtime.
+        if (this.#failure !== undefined) return;
         try {
           mapper.apply(params);
         } catch (error) {
@@ -211,6 +247,7 @@ export class AcpSessionRun {
             mapper,
             cancelSignal: this.#cancel.signal,
             workingDir: request.workingDir,
+            homeDir: home,
             onSessionCancelled: (reason) => this.cancel(reason),
           });
         } catch (error) {
@@ -267,11 +304,12 @@ export class AcpSessionRun {
       // SIGTERM came while the session was being set up.
       connection.agent.notify("session/cancel", { sessionId: created.sessionId }).catch(() => {});
     }
+    await this.#settleMode(created, mapper, call);
 
     const prompt: ContentBlock[] = [];
     if (launch.instructionsInPrompt && request.instructions.trim() !== "")
       prompt.push({ type: "text", text: request.instructions });
-    prompt.push({ type: "text", text: request.input });
+    prompt.push({ type: "text", text: launch.inertInput ? launch.inertInput(request.input) : request.input });
     const response = await call("session/prompt", () =>
       connection.agent.request("session/prompt", { sessionId: created.sessionId, prompt }),
     );
@@ -281,5 +319,39 @@ export class AcpSessionRun {
     });
     mapper.promptUsage((response as { usage?: unknown }).usage);
     return resultForStopReason(response.stopReason, mapper.finalText);
+  }
+
+  /**
+   * Puts the session in the agent's mode that asks before every tool call
+   * (`session/set_mode` when it reports another one), or fails it; from here
+   * on a switch to another mode fails the session (session-update-mapper.ts).
+   */
+  async #settleMode(
+    created: { sessionId: string; modes?: unknown },
+    mapper: SessionUpdateMapper,
+    call: <T>(what: string, send: () => Promise<T>) => Promise<T>,
+  ): Promise<void> {
+    const modes = created.modes ?? undefined;
+    const { mode, current: reported } = askingMode(modes);
+    const current = mapper.reportedMode ?? reported;
+    if (modes === undefined && mapper.reportedMode === undefined) {
+      mapper.settleMode(undefined);
+      return;
+    }
+    if (mode === undefined)
+      throw new AcpSessionError(
+        "permission_mode",
+        `the agent started the session in mode ${JSON.stringify(current)}, which runs tool calls without asking, and offers no "${ASKING_MODE}" mode to switch to; this harness runs agents only in a mode that asks before every tool call`,
+      );
+    // Settled first: the agent may report the switch before it answers.
+    mapper.settleMode(mode);
+    if (current === mode) return;
+    this.#session.log("warn", "the agent started the session in another mode; switching it back", {
+      mode: current ?? "",
+      to: mode,
+    });
+    await call("session/set_mode", () =>
+      this.#connection!.agent.request("session/set_mode", { sessionId: created.sessionId, modeId: mode }),
+    );
   }
 }

@@ -1,5 +1,6 @@
 // Presets: ACP agents this harness knows how to start and configure, so an
 // agent definition can say `harness: { agent: claude }` instead of a command.
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
 
@@ -13,6 +14,7 @@ export function isAgentPresetName(name: string): name is AgentPresetName {
 /** What the session knows when it asks a preset for its settings. */
 export interface PresetContext {
   stateDir: string;
+  workingDir: string;
   instructions: string;
   maxTurns: number;
   model: string;
@@ -30,6 +32,8 @@ export interface AgentLaunch {
   sessionMeta?: Record<string, unknown>;
   /** False when the preset hands the instructions over as a system prompt instead. */
   instructionsInPrompt: boolean;
+  /** Rewrites the session input so the agent reads it as plain text (no commands, no file mentions). */
+  inertInput?: (input: string) => string;
 }
 
 /** Thrown when a preset's agent is not installed next to the plugin. */
@@ -48,10 +52,84 @@ export function claudeAgentAcpEntry(): string {
   }
 }
 
+/**
+ * Claude Code's built-in tools that do not ask in its default mode (it asks
+ * only for Bash, writes and the web): `permissions.ask` makes them ask.
+ */
+const CLAUDE_ASK_TOOLS = ["Read", "Glob", "Grep", "NotebookRead", "LS"];
+
+/**
+ * Git configuration that runs commands, overridden in Claude Code's
+ * environment (`GIT_CONFIG_*` wins over a repository's `.git/config`): Claude
+ * Code 2.1.83 runs `git status` and `git log` in the working directory at
+ * start, unasked. The keys newer Claude Code passes as `-c` to its own git calls.
+ */
+export const CLAUDE_GIT_CONFIG: ReadonlyArray<readonly [string, string]> = [
+  ["core.fsmonitor", ""],
+  ["core.hooksPath", "/dev/null"],
+];
+
+function gitConfigEnv(entries: ReadonlyArray<readonly [string, string]>): Record<string, string> {
+  const env: Record<string, string> = { GIT_CONFIG_COUNT: String(entries.length) };
+  entries.forEach(([key, value], i) => {
+    env[`GIT_CONFIG_KEY_${i}`] = key;
+    env[`GIT_CONFIG_VALUE_${i}`] = value;
+  });
+  return env;
+}
+
+/**
+ * claude-agent-acp reads `permissions.defaultMode` from the working
+ * directory's `.claude/settings.json` and `.claude/settings.local.json`
+ * whatever `settingSources` says, and runs the session in that mode
+ * (`acceptEdits` writes unasked, `bypassPermissions` runs everything unasked).
+ * Such a working directory is refused before the agent starts.
+ */
+export function checkClaudeProjectSettings(workingDir: string): void {
+  for (const name of ["settings.json", "settings.local.json"]) {
+    const file = path.join(workingDir, ".claude", name);
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch {
+      continue;
+    }
+    let mode: unknown;
+    try {
+      const settings = JSON.parse(text) as { permissions?: { defaultMode?: unknown } } | null;
+      mode = settings?.permissions?.defaultMode;
+    } catch {
+      throw new Error(
+        `${file} is not valid JSON, so this harness cannot tell which permission mode claude-agent-acp would take from it; fix or remove it (or its permissions.defaultMode) before running this agent here`,
+      );
+    }
+    if (mode !== undefined && mode !== "default")
+      throw new Error(
+        `${file} sets permissions.defaultMode ${JSON.stringify(mode)}, which claude-agent-acp would run this session in (tool calls without asking); remove permissions.defaultMode from it before running this agent here`,
+      );
+  }
+}
+
+/** U+200B ZERO WIDTH SPACE: not whitespace to Claude Code's mention and command parsing, invisible to the model. */
+const ZWSP = "\u200b";
+
+/**
+ * The input as plain text for Claude Code 2.1.83, which has no verbatim
+ * prompt option: an input starting with `/` would run a slash command, and
+ * `@path` (at the start or after whitespace) reads that file into the
+ * context unasked. A zero-width space before the `/` and before each such
+ * `@` makes neither match, and leaves the text as the model reads it.
+ */
+export function inertClaudeCodeInput(input: string): string {
+  const mentionsInert = input.replace(/(^|\s)@/gu, `$1${ZWSP}@`);
+  return /^\s*\//u.test(mentionsInert) ? `${ZWSP}${mentionsInert}` : mentionsInert;
+}
+
 /** The launch settings of a preset for one session. */
 export function presetLaunch(name: AgentPresetName, context: PresetContext): AgentLaunch {
   switch (name) {
     case "claude": {
+      checkClaudeProjectSettings(context.workingDir);
       const configDir = path.join(context.stateDir, "claude");
       return {
         command: [process.execPath, claudeAgentAcpEntry()],
@@ -84,20 +162,26 @@ export function presetLaunch(name: AgentPresetName, context: PresetContext): Age
           CLAUDE_CODE_DISABLE_AUTO_MEMORY: "1",
           // At most five attempts per model call from inside the session, as for harness-claude.
           CLAUDE_CODE_MAX_RETRIES: "4",
+          // No repository config runs a command in Claude Code's own (unasked) git calls.
+          ...gitConfigEnv(CLAUDE_GIT_CONFIG),
         },
         // claude-agent-acp reads `_meta.systemPrompt` and passes `_meta.claudeCode.options`
-        // to the Claude Agent SDK: no user, project or local settings, and the turn limit.
+        // to the Claude Agent SDK: no user, project or local settings, the turn limit,
+        // and flag settings (`--settings`) that make the read-only tools ask too and
+        // keep bypassPermissions off.
         sessionMeta: {
           ...(context.instructions.trim() !== "" ? { systemPrompt: { append: context.instructions } } : {}),
           claudeCode: {
             options: {
               settingSources: [],
+              settings: { permissions: { ask: CLAUDE_ASK_TOOLS, disableBypassPermissionsMode: "disable" } },
               ...(context.maxTurns > 0 ? { maxTurns: context.maxTurns } : {}),
               ...(context.tools !== undefined ? { tools: context.tools } : {}),
             },
           },
         },
         instructionsInPrompt: false,
+        inertInput: inertClaudeCodeInput,
       };
     }
   }

@@ -171,7 +171,11 @@ export function startAgentProcess(options: AgentProcessOptions): AgentProcess {
           options.onSessionUpdate(message["params"]);
           return;
         }
-        controller.enqueue(new Uint8Array(Buffer.concat([bytes, Buffer.from("\n")])));
+        try {
+          controller.enqueue(new Uint8Array(Buffer.concat([bytes, Buffer.from("\n")])));
+        } catch {
+          // The session is over (it failed and closed the connection); later lines go nowhere.
+        }
       };
       child.stdout.on("data", (chunk: Buffer) => {
         pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);

@@ -3,7 +3,7 @@
 // never an "always" one: every call asks again.
 import path from "node:path";
 import { isDeepStrictEqual } from "node:util";
-import { PermissionAnswer_Outcome } from "@oz0/harness";
+import { PermissionAnswer_Outcome, realTarget } from "@oz0/harness";
 import type { HarnessSession, PermissionDecision } from "@oz0/harness";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { SessionUpdateMapper } from "./session-update-mapper.js";
@@ -33,14 +33,22 @@ export interface PermissionBridgeOptions {
   onSessionCancelled?: (reason: string) => void;
   /** The session's working directory: calls on paths outside it are refused without asking. */
   workingDir: string;
+  /** The agent's HOME, where agents expand `~` (agent-environment.ts). */
+  homeDir: string;
 }
 
-/** The first of `paths` outside `workingDir` (relative paths resolved against it), if any. */
-export function pathOutside(paths: readonly string[], workingDir: string): string | undefined {
-  const root = path.resolve(workingDir);
+/**
+ * The first of `paths` outside `workingDir`, if any: `~` and `~/...` are the
+ * agent's HOME (as agents expand them), relative paths are resolved against
+ * the working directory, and symlinks are followed, so a link inside the
+ * working directory to a place outside it is outside.
+ */
+export function pathOutside(paths: readonly string[], workingDir: string, homeDir: string): string | undefined {
+  const root = realTarget(path.resolve(workingDir));
   return paths.find((p) => {
-    const resolved = path.resolve(root, p);
-    return resolved !== root && !resolved.startsWith(`${root}${path.sep}`);
+    const expanded = p === "~" ? homeDir : p.startsWith("~/") ? path.join(homeDir, p.slice(2)) : p;
+    const relative = path.relative(root, realTarget(path.resolve(root, expanded)));
+    return relative !== "" && (relative === ".." || relative.startsWith(`..${path.sep}`) || path.isAbsolute(relative));
   });
 }
 
@@ -66,7 +74,9 @@ export async function answerPermissionRequest(
   const reject = offered.find((o) => o.kind === "reject_once") ?? offered.find((o) => o.kind === "reject_always");
   if (bridge.cancelSignal.aborted) return { outcome: { outcome: "cancelled" } };
 
-  const outside = pathOutside(tracked.paths, bridge.workingDir);
+  // Nothing but the runtime's allow lets this call run (session-update-mapper.ts fails a call that runs otherwise).
+  tracked.permission = "refused";
+  const outside = pathOutside(tracked.paths, bridge.workingDir, bridge.homeDir);
   if (outside !== undefined) {
     // The session works only in its working directory, whatever the agent's own rules.
     bridge.session.log("warn", "refused a tool call outside the working directory", {
@@ -120,6 +130,7 @@ export async function answerPermissionRequest(
     });
     return refuse("this harness allows one call at a time and the agent offered no allow_once option");
   }
+  tracked.permission = "allowed";
   return {
     outcome: { outcome: "selected", optionId: allowOnce.optionId },
     _meta: { oz0: { reason: decision.reason, allowed: true } },

@@ -13,8 +13,6 @@ export type EventSink = Pick<HarnessSession, "text" | "toolCall" | "toolResult" 
 const IGNORED_KINDS = new Set([
   "user_message_chunk",
   "available_commands_update",
-  "current_mode_update",
-  "config_option_update",
   "session_info_update",
   "notice",
   "compaction_update",
@@ -23,6 +21,8 @@ const IGNORED_KINDS = new Set([
 ]);
 
 const TERMINAL_STATUSES = new Set(["completed", "failed"]);
+/** Statuses that say a tool call ran: only a call the runtime allowed may reach them. */
+const RUN_STATUSES = new Set(["in_progress", "completed"]);
 
 /** Input fields that name a file in the tool inputs of common agents (Claude Code, Gemini CLI, ours). */
 const INPUT_PATH_KEYS = ["file_path", "notebook_path", "path", "absolute_path"];
@@ -44,6 +44,8 @@ export interface TrackedToolCall {
   announced: boolean;
   /** The protocol `tool_result` is out. */
   finished: boolean;
+  /** What the permission bridge answered: `allowed` only when the runtime allowed this call. */
+  permission: "none" | "allowed" | "refused";
 }
 
 interface TextItem {
@@ -78,6 +80,11 @@ export class SessionUpdateMapper {
   #nextItem = 1;
   #finalText = "";
   #reportedCostUsd = 0;
+  /** The mode the session must stay in (set once `session/new` is settled); undefined before. */
+  #sessionMode: string | undefined;
+  #modeSettled = false;
+  /** The last mode the agent reported before the session's mode was settled. */
+  #reportedMode: string | undefined;
 
   constructor(options: { sink: EventSink; model: string }) {
     this.#sink = options.sink;
@@ -120,6 +127,12 @@ export class SessionUpdateMapper {
       case "usage_update":
         this.#usageUpdate(update);
         return;
+      case "current_mode_update":
+        this.#modeUpdate(str(update["currentModeId"]) ?? "");
+        return;
+      case "config_option_update":
+        this.#configOptionUpdate(update);
+        return;
       default:
         if (IGNORED_KINDS.has(kind)) return;
         // `_`-prefixed names are ACP extensions, which a client may ignore.
@@ -150,6 +163,21 @@ export class SessionUpdateMapper {
     this.#merge(tracked, toolCall);
     this.#announce(tracked);
     return tracked;
+  }
+
+  /** The mode the agent reported with `current_mode_update` before {@link settleMode}, if any. */
+  get reportedMode(): string | undefined {
+    return this.#reportedMode;
+  }
+
+  /**
+   * From here on the session stays in `mode` (the agent's mode that asks
+   * before every tool call; undefined when the agent has no modes): any
+   * `current_mode_update` to another mode ends the session.
+   */
+  settleMode(mode: string | undefined): void {
+    this.#sessionMode = mode;
+    this.#modeSettled = true;
   }
 
   /** Token counts of the prompt turn, from `PromptResponse.usage` (an ACP addition some agents send). */
@@ -215,10 +243,23 @@ export class SessionUpdateMapper {
         rawOutput: undefined,
         announced: false,
         finished: false,
+        permission: "none",
       };
       this.#toolCalls.set(id, tracked);
     }
     this.#merge(tracked, update);
+    if (RUN_STATUSES.has(tracked.status) && tracked.permission !== "allowed") {
+      // Fail closed: whatever let the agent skip asking (its mode, its own
+      // rules, a tool it does not ask for), the runtime must not see a call
+      // run that it never allowed. A `failed` call did not run (Claude Code
+      // checks a call's input before it asks), so it is reported as failed.
+      throw new AcpSessionError(
+        "unpermitted_tool_call",
+        `the agent reported tool call ${JSON.stringify(id)} (${toolName(tracked)}) as ${tracked.status} without ${
+          tracked.permission === "refused" ? "being allowed" : "asking permission"
+        } for it; this harness lets no tool call run unless the runtime allowed it`,
+      );
+    }
     // Agents stream a tool call before its input is known (claude-agent-acp
     // announces it at content_block_start with `{}`); the protocol event
     // waits for the input, a permission request or progress, whichever is first.
@@ -254,6 +295,13 @@ export class SessionUpdateMapper {
         if (isRecord(location) && typeof location["path"] === "string") paths.add(location["path"]);
     }
     for (const key of INPUT_PATH_KEYS) if (typeof tracked.input[key] === "string") paths.add(tracked.input[key]);
+    // Claude Code's Glob takes an absolute pattern (`/etc/*`) or one that climbs (`../*`) as a place to look.
+    const pattern = tracked.input["pattern"];
+    if (tracked.tool === "Glob" && typeof pattern === "string") {
+      const base = globBase(pattern);
+      const within = typeof tracked.input["path"] === "string" && !/^[/~]/.test(base) ? tracked.input["path"] : "";
+      if (base !== "") paths.add(within !== "" ? `${within}/${base}` : base);
+    }
     tracked.paths = [...paths];
     if (update["rawOutput"] !== undefined) tracked.rawOutput = update["rawOutput"];
   }
@@ -276,6 +324,30 @@ export class SessionUpdateMapper {
     this.#sink.text(`Plan:\n${lines.join("\n")}`, { itemId: `plan-${this.#nextItem++}` });
   }
 
+  #modeUpdate(mode: string): void {
+    if (!this.#modeSettled) {
+      this.#reportedMode = mode;
+      return;
+    }
+    if (mode === this.#sessionMode) return;
+    throw new AcpSessionError(
+      "permission_mode",
+      `the agent switched to session mode ${JSON.stringify(mode)}${
+        this.#sessionMode !== undefined ? ` from ${JSON.stringify(this.#sessionMode)}` : ""
+      }; this harness runs agents only in the mode that asks before every tool call`,
+    );
+  }
+
+  /** A `config_option_update` that carries the session mode (category or id `mode`) is checked like `current_mode_update`. */
+  #configOptionUpdate(update: RawRecord): void {
+    const options = Array.isArray(update["configOptions"]) ? update["configOptions"] : [];
+    for (const option of options) {
+      if (!isRecord(option) || (option["category"] !== "mode" && option["id"] !== "mode")) continue;
+      const value = str(option["currentValue"]);
+      if (value !== undefined) this.#modeUpdate(value);
+    }
+  }
+
   #usageUpdate(update: RawRecord): void {
     // `used`/`size` describe the context window; the only figure that adds up
     // across calls is the cost, which agents report as a running total.
@@ -286,6 +358,15 @@ export class SessionUpdateMapper {
     this.#sink.usage({ model: this.#model, costUsd: amount - this.#reportedCostUsd });
     this.#reportedCostUsd = amount;
   }
+}
+
+/** The literal directories a glob pattern starts with (`/etc/` of `/etc/host*`), when it is absolute or climbs. */
+export function globBase(pattern: string): string {
+  if (!pattern.startsWith("/") && !pattern.startsWith("~") && !pattern.split("/").includes("..")) return "";
+  const segments = pattern.split("/");
+  const literal = segments.findIndex((segment) => /[*?[\]{}]/.test(segment));
+  const kept = literal === -1 ? segments : segments.slice(0, literal);
+  return kept.join("/") || "/";
 }
 
 /** The harness's tool name: the agent's own name for it, else its ACP kind. */

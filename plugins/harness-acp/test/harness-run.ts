@@ -56,6 +56,8 @@ export interface HarnessRunOptions {
   onEvent?: (event: SessionEvent, session: HostSession) => void;
   /** Extra arguments of main.js (for example `--agent claude`). */
   args?: string[];
+  /** Prepares the directories (files in the working directory, Claude Code's configuration) before the session. */
+  setup?: (dirs: { workingDir: string; stateDir: string }) => Promise<void>;
   /** Point the request at another endpoint than the scripted model (the LLM proxy). */
   llm?: (model: ScriptedModel) => Promise<{ anthropicBaseUrl: string; token: string; headers: Record<string, string> }>;
 }
@@ -66,6 +68,7 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   const stateDir = path.join(root, "state");
   await mkdir(workingDir);
   await mkdir(stateDir);
+  await options.setup?.({ workingDir, stateDir });
   const model = await startScriptedModel({ turns: options.turns({ workingDir, stateDir }) });
   const llm = options.llm ? await options.llm(model) : { anthropicBaseUrl: model.url, token: TOKEN, headers: HEADERS };
   const request = create(SessionRequestSchema, {

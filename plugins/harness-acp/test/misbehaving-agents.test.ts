@@ -41,7 +41,30 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
   { mode: "stop:max_turn_requests", stopReason: StopReason.MAX_TURNS, error: /turn limit/ },
   { mode: "stop:max_tokens", stopReason: StopReason.ERROR, error: /cut off at its output token limit/ },
   { mode: "answer-and-exit", stopReason: StopReason.COMPLETED, error: /^$/ },
+  {
+    mode: "unasked-run",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the agent reported tool call "run-1" \(execute\) as completed without asking permission for it; this harness lets no tool call run unless the runtime allowed it$/,
+  },
+  {
+    mode: "mode-switch",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the agent switched to session mode "yolo" from "default"; this harness runs agents only in the mode that asks/,
+  },
+  {
+    mode: "start-yolo",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the agent started the session in mode "yolo", which runs tool calls without asking, and offers no "default" mode/,
+  },
+  // session/set_mode puts it back in `default` before the prompt.
+  { mode: "start-bypass", stopReason: StopReason.COMPLETED, error: /^$/ },
 ];
+
+/** Modes that end the session before the prompt, so the agent says nothing. */
+const SILENT = new Set(["old-protocol", "start-yolo"]);
 
 for (const { mode, stopReason, error } of CASES) {
   void test(`an agent that does ${mode} ends the session with ${StopReason[stopReason]}`, async () => {
@@ -55,9 +78,10 @@ for (const { mode, stopReason, error } of CASES) {
       assert.equal(result?.stopReason, stopReason, `${result?.error}\n${run.stderr}`);
       assert.match(result?.error ?? "", error);
       // Whatever the agent said before it misbehaved still reached the stream.
+      if (mode === "unasked-run") assert.deepEqual(ofCase(run.events, "toolResult"), []);
       assert.deepEqual(
         ofCase(run.events, "text").map((t) => t.text),
-        ["Starting."].slice(0, mode === "old-protocol" ? 0 : 1),
+        ["Starting."].slice(0, SILENT.has(mode) ? 0 : 1),
       );
       assert.equal(run.outcome.leftoverProcesses, false);
     } finally {

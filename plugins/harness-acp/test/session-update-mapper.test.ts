@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { AcpSessionError } from "../src/acp-errors.js";
-import { SessionUpdateMapper } from "../src/session-update-mapper.js";
+import { SessionUpdateMapper, globBase } from "../src/session-update-mapper.js";
 import type { EventSink } from "../src/session-update-mapper.js";
 
 function recorder(): { sink: EventSink; events: Array<[string, unknown]> } {
@@ -74,6 +74,8 @@ void test("a tool call is announced once its input is known, and finished once w
       rawInput: { file_path: "/w/a.ts" },
     }),
   );
+  // The permission bridge records the runtime's allow.
+  mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "allowed";
   mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "in_progress" }));
   mapper.apply(
     update({
@@ -154,4 +156,103 @@ void test("an unknown update kind ends the session; extension kinds and known no
     () => mapper.apply({ sessionId: "s" }),
     (e: unknown) => e instanceof AcpSessionError && e.code === "invalid_message",
   );
+});
+
+void test("fail closed: a call reported in_progress or completed without the runtime's allow ends the session, nothing is reported for it", () => {
+  for (const [status, permission, words] of [
+    ["completed", "none", "without asking permission"],
+    ["in_progress", "none", "without asking permission"],
+    ["completed", "refused", "without being allowed"],
+  ] as const) {
+    const { sink, events } = recorder();
+    const mapper = new SessionUpdateMapper({ sink, model: "m" });
+    mapper.apply(
+      update({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Read", kind: "read", status: "pending" }),
+    );
+    if (permission === "refused") mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "refused";
+    const before = events.length;
+    assert.throws(
+      () => mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status, rawOutput: "x" })),
+      (e: unknown) =>
+        e instanceof AcpSessionError &&
+        e.code === "unpermitted_tool_call" &&
+        e.message ===
+          `the agent reported tool call "t1" (read) as ${status} ${words} for it; this harness lets no tool call run unless the runtime allowed it`,
+    );
+    assert.deepEqual(events.slice(before), []);
+  }
+  // Failing without asking is a failed call, not a run (Claude Code checks the input before it asks).
+  const { sink, events } = recorder();
+  const mapper = new SessionUpdateMapper({ sink, model: "m" });
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call",
+      toolCallId: "t2",
+      kind: "edit",
+      status: "pending",
+      rawInput: { file_path: "a" },
+    }),
+  );
+  mapper.apply(
+    update({ sessionUpdate: "tool_call_update", toolCallId: "t2", status: "failed", rawOutput: "not read yet" }),
+  );
+  assert.deepEqual(events.at(-1), [
+    "toolResult",
+    { callId: "t2", output: { status: "failed", kind: "edit", output: "not read yet" }, isError: true },
+  ]);
+});
+
+void test("modes: reported before the session's mode is settled, then any switch away from it ends the session", () => {
+  const { sink } = recorder();
+  const mapper = new SessionUpdateMapper({ sink, model: "m" });
+  mapper.apply(update({ sessionUpdate: "current_mode_update", currentModeId: "acceptEdits" }));
+  assert.equal(mapper.reportedMode, "acceptEdits");
+  mapper.settleMode("default");
+  mapper.apply(update({ sessionUpdate: "current_mode_update", currentModeId: "default" }));
+  mapper.apply(
+    update({
+      sessionUpdate: "config_option_update",
+      configOptions: [{ id: "mode", category: "mode", currentValue: "default" }],
+    }),
+  );
+  for (const body of [
+    { sessionUpdate: "current_mode_update", currentModeId: "bypassPermissions" },
+    { sessionUpdate: "current_mode_update", currentModeId: "plan" },
+    {
+      sessionUpdate: "config_option_update",
+      configOptions: [{ id: "mode", category: "mode", currentValue: "acceptEdits" }],
+    },
+  ]) {
+    assert.throws(
+      () => mapper.apply(update(body)),
+      (e: unknown) => e instanceof AcpSessionError && e.code === "permission_mode" && /from "default"/.test(e.message),
+    );
+  }
+  // An agent without modes may not start reporting one.
+  const none = new SessionUpdateMapper({ sink, model: "m" });
+  none.settleMode(undefined);
+  assert.throws(
+    () => none.apply(update({ sessionUpdate: "current_mode_update", currentModeId: "yolo" })),
+    (e: unknown) => e instanceof AcpSessionError && e.code === "permission_mode",
+  );
+});
+
+void test("an absolute or climbing Glob pattern counts as the path it looks in", () => {
+  assert.equal(globBase("/etc/host*"), "/etc");
+  assert.equal(globBase("../**/*.ts"), "..");
+  assert.equal(globBase("~/.ssh/*"), "~/.ssh");
+  assert.equal(globBase("/*"), "/");
+  assert.equal(globBase("src/**/*.ts"), "");
+  const { sink } = recorder();
+  const mapper = new SessionUpdateMapper({ sink, model: "m" });
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call",
+      toolCallId: "g",
+      kind: "search",
+      rawInput: { pattern: "../*", path: "/w/sub" },
+      _meta: { claudeCode: { toolName: "Glob" } },
+    }),
+  );
+  assert.deepEqual(mapper.toolCall("g")?.paths, ["/w/sub", "/w/sub/.."]);
 });

@@ -2,8 +2,8 @@
 // the skills it may read). Claude Code asks before touching a path outside its
 // cwd, but an allowing runtime would let it through, so the harness refuses
 // such calls itself. Bash is not confined here: that is the sandbox's job.
-import { realpathSync } from "node:fs";
 import path from "node:path";
+import { realTarget } from "@oz0/harness";
 
 /** Tool input fields that hold a path, per tool. */
 const PATH_FIELDS: Readonly<Record<string, readonly string[]>> = {
@@ -15,22 +15,6 @@ const PATH_FIELDS: Readonly<Record<string, readonly string[]>> = {
 };
 
 const WRITING_TOOLS = new Set(["Write", "Edit"]);
-
-/** The real path of `target`, resolving symlinks of the part that exists already. */
-function realTarget(target: string): string {
-  const missing: string[] = [];
-  let current = target;
-  for (;;) {
-    try {
-      return path.join(realpathSync(current), ...missing.reverse());
-    } catch {
-      const parent = path.dirname(current);
-      if (parent === current) return target;
-      missing.push(path.basename(current));
-      current = parent;
-    }
-  }
-}
 
 function inside(root: string, target: string): boolean {
   const relative = path.relative(root, target);
