@@ -109,13 +109,28 @@ void describe("startHostSession", () => {
           } catch (error) {
             errors.push((error as HostSessionError).code);
           }
+          // A result no JSON line can carry is refused, and the call can still be answered.
+          try {
+            session.sendRuntimeToolResult({
+              id: "r1",
+              output: { kind: { case: "numberValue", value: Number.POSITIVE_INFINITY } },
+            });
+          } catch (error) {
+            errors.push((error as Error).message);
+          }
           session.sendRuntimeToolResult({ id: "r1", isError: true, error: "broken" });
         }
       },
     });
     const outcome = await session.outcome;
     assert.equal(outcome.status, "completed", outcome.error?.message);
-    assert.deepEqual(errors, ["unknown_permission_id", "permission_already_answered", "unknown_runtime_tool_call_id"]);
+    assert.deepEqual(errors.slice(0, 3), [
+      "unknown_permission_id",
+      "permission_already_answered",
+      "unknown_runtime_tool_call_id",
+    ]);
+    assert.match(errors[3] ?? "", /cannot be NaN or Infinity/);
+    assert.equal(errors.length, 4);
     assert.throws(
       () => session.answerPermission({ id: "p1", allow: true }),
       (e: unknown) => (e as HostSessionError).code === "session_ended",

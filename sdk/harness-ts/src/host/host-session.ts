@@ -234,8 +234,13 @@ class RunningHostSession implements HostSession {
       );
     }
     if (message.outcome === PermissionAnswer_Outcome.UNSPECIFIED) message.outcome = PermissionAnswer_Outcome.ANSWERED;
+    // Encoded before the request stops being pending: an answer that cannot be written leaves it to be answered again.
+    const line = encodeLine(
+      RuntimeMessageSchema,
+      create(RuntimeMessageSchema, { message: { case: "permissionAnswer", value: message } }),
+    );
     this.#pendingPermissions.delete(message.id);
-    this.#write(create(RuntimeMessageSchema, { message: { case: "permissionAnswer", value: message } }));
+    this.#writeLine(line);
   }
 
   sendRuntimeToolResult(result: RuntimeToolResultInit): void {
@@ -253,8 +258,13 @@ class RunningHostSession implements HostSession {
         `the harness has not made runtime tool call ${JSON.stringify(message.id)}`,
       );
     }
+    // Encoded first: a result JSON cannot hold (a number that is not finite) throws with the call still pending.
+    const line = encodeLine(
+      RuntimeMessageSchema,
+      create(RuntimeMessageSchema, { message: { case: "runtimeToolResult", value: message } }),
+    );
     this.#pendingToolCalls.delete(message.id);
-    this.#write(create(RuntimeMessageSchema, { message: { case: "runtimeToolResult", value: message } }));
+    this.#writeLine(line);
   }
 
   cancel(reason?: string): void {
