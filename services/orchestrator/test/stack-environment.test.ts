@@ -22,6 +22,7 @@ import {
   installationPaths,
   installRoot,
   isolationNotice,
+  unisolatedRefusal,
   serviceEnv,
   stackServiceEnv,
   startEmbeddedStack,
@@ -132,17 +133,21 @@ void test("no service's environment holds a provider key or another service's cr
   }
 });
 
-void test("the isolation notice names what to install, or the choice that was made", () => {
+void test("a stack that cannot isolate its sessions does not start unless OZ0_ISOLATION=none chose it; the notice names that choice", () => {
   const stack = (mode: string, reason: string): Parameters<typeof isolationNotice>[0] => ({
     isolation: { mode, reason },
   });
   assert.equal(isolationNotice(stack("bwrap", "")), undefined);
   assert.equal(isolationNotice(stack("user", "")), undefined);
-  assert.match(
-    isolationNotice(stack("none", "bwrap not found; not root")) ?? "",
-    /WITHOUT isolation \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\)/,
-  );
   assert.match(isolationNotice(stack("none", "OZ0_ISOLATION=none")) ?? "", /as OZ0_ISOLATION=none chose/);
+  // No isolation that nobody chose: the stack does not start, and says what to do.
+  assert.equal(unisolatedRefusal({ mode: "bwrap", reason: "" }), undefined);
+  assert.equal(unisolatedRefusal({ mode: "user", reason: "no bubblewrap: bwrap not found" }), undefined);
+  assert.equal(unisolatedRefusal({ mode: "none", reason: "OZ0_ISOLATION=none" }), undefined);
+  assert.match(
+    unisolatedRefusal({ mode: "none", reason: "bwrap not found; not root" }) ?? "",
+    /cannot isolate sessions here \(bwrap not found; not root\).*install bubblewrap \(apt-get install bubblewrap\).*set OZ0_ISOLATION=none/,
+  );
 });
 
 void test("the local stack's sandbox binds of the installation only what its harnesses run, as published", (t) => {

@@ -481,15 +481,13 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     await close();
     throw error;
   }
-  return {
-    urls,
-    credentials,
-    ownerToken,
-    identityEnv,
-    processes: started,
-    isolation: started.find((p) => p.name === "sandbox")?.isolation,
-    close,
-  };
+  const isolation = started.find((p) => p.name === "sandbox")?.isolation;
+  const refused = unisolatedRefusal(isolation);
+  if (refused !== undefined) {
+    await close();
+    throw new Error(refused);
+  }
+  return { urls, credentials, ownerToken, identityEnv, processes: started, isolation, close };
 }
 
 /** The identity variables of one service of a stack: its own credential, its peers' digests and, where people call, the owner's digest. */
@@ -550,17 +548,26 @@ export function stackServiceEnv(options: {
 }
 
 /**
- * The one line a person must see when sessions run without isolation (agent
- * code then runs as the services' own user and can read their files), with
- * what to do; undefined when sessions are isolated.
+ * Why the stack does not start when its sandbox found no isolation that
+ * works here and nobody chose none: agent code would run as this user, able
+ * to read the services' memory and files and the environment of the command
+ * that started them, a provider key exported in the shell included (attacker
+ * review). Undefined when sessions are isolated or OZ0_ISOLATION=none says so.
+ */
+export function unisolatedRefusal(isolation: EmbeddedStack["isolation"]): string | undefined {
+  if (!isolation || isolation.mode !== "none" || /OZ0_ISOLATION=none/.test(isolation.reason)) return undefined;
+  return `the local stack's sandbox cannot isolate sessions here (${isolation.reason}), so agent code would run as this user and could read everything it can, the provider keys in this shell's environment included; install bubblewrap (apt-get install bubblewrap) or run the stack as root, or set OZ0_ISOLATION=none to run sessions without isolation anyway`;
+}
+
+/**
+ * The one line a person must see when sessions run without isolation (only
+ * when OZ0_ISOLATION=none chose it: otherwise the stack does not start);
+ * undefined when sessions are isolated.
  */
 export function isolationNotice(stack: Pick<EmbeddedStack, "isolation">): string | undefined {
   const { isolation } = stack;
   if (!isolation || isolation.mode !== "none") return undefined;
-  const chosen = /OZ0_ISOLATION=none/.test(isolation.reason);
-  return chosen
-    ? "sessions run WITHOUT isolation, as OZ0_ISOLATION=none chose: agent code can read everything this user can"
-    : `sessions run WITHOUT isolation (${isolation.reason}): agent code can read everything this user can; install bubblewrap (apt-get install bubblewrap) or run the stack as root, or set OZ0_ISOLATION=none to accept it`;
+  return "sessions run WITHOUT isolation, as OZ0_ISOLATION=none chose: agent code can read everything this user can, the provider keys in this shell's environment included";
 }
 
 /** What `oz0 dev` writes so other commands find its stack. */
