@@ -1,6 +1,7 @@
 // Presets: ACP agents this harness knows how to start and configure, so an
 // agent definition can say `harness: { agent: claude }` instead of a command.
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
 
@@ -53,21 +54,76 @@ export function claudeAgentAcpEntry(): string {
 }
 
 /**
- * Claude Code's built-in tools that do not ask in its default mode (it asks
- * only for Bash, writes and the web): `permissions.ask` makes them ask.
+ * The claude preset's tools when `harness.tools` does not name them, as
+ * harness-claude's: Claude Code's other tools include some that allow
+ * themselves (EnterPlanMode, ToolSearch, the task tools), which would then
+ * run without asking.
  */
-const CLAUDE_ASK_TOOLS = ["Read", "Glob", "Grep", "NotebookRead", "LS"];
+export const CLAUDE_DEFAULT_TOOLS = ["Read", "Write", "Edit", "Glob", "Grep", "Bash"];
 
 /**
  * Git configuration that runs commands, overridden in Claude Code's
  * environment (`GIT_CONFIG_*` wins over a repository's `.git/config`): Claude
  * Code 2.1.83 runs `git status` and `git log` in the working directory at
- * start, unasked. The keys newer Claude Code passes as `-c` to its own git calls.
+ * start, unasked. The keys newer Claude Code passes as `-c` to its own git
+ * calls that a repository could use to run something; a driver a repository
+ * names itself (a filter, a diff driver) cannot be switched off by key name,
+ * so such a repository is refused (checkClaudeGitConfig).
  */
 export const CLAUDE_GIT_CONFIG: ReadonlyArray<readonly [string, string]> = [
   ["core.fsmonitor", ""],
   ["core.hooksPath", "/dev/null"],
+  ["log.showSignature", "false"],
+  ["core.askPass", ""],
+  ["protocol.ext.allow", "never"],
+  ["diff.external", ""],
+  ["core.sshCommand", ""],
 ];
+
+/**
+ * Repository settings that make Claude Code's start-up `git status` run a
+ * program the environment above cannot switch off: a filter driver, which a
+ * `.gitattributes` applies to the files status looks at, is named by the
+ * repository itself. (A signature program is off with log.showSignature;
+ * hooks, fsmonitor and the rest are overridden; diff drivers run only in a
+ * git command the runtime allowed.)
+ */
+const GIT_PROGRAM_KEYS = /^filter\..+\.(clean|smudge|process)$/i;
+
+/**
+ * Refuses a working directory whose repository's own configuration (its
+ * `config` and what that includes) names a filter program: Claude Code 2.1.83
+ * runs `git status` there at start, asking nobody, and a filter that a
+ * `.gitattributes` applies would run then (a review ran one). Read with
+ * `git config --list`, which runs nothing.
+ */
+export function checkClaudeGitConfig(workingDir: string): void {
+  if (!existsSync(path.join(workingDir, ".git"))) return;
+  let listed: string;
+  try {
+    listed = execFileSync(
+      "git",
+      ["--git-dir", path.join(workingDir, ".git"), "config", "--local", "--includes", "--name-only", "--list"],
+      {
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "pipe"],
+        timeout: 10_000,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+      },
+    );
+  } catch (error) {
+    // No git here: Claude Code's git calls cannot run either.
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw new Error(
+      `${path.join(workingDir, ".git")} could not be read as a repository (${(error as Error).message.split("\n")[0]}), so this harness cannot tell whether Claude Code's own git calls would run a program it names; fix or remove it before running this agent here`,
+    );
+  }
+  const found = listed.split("\n").find((key) => GIT_PROGRAM_KEYS.test(key.trim()));
+  if (found !== undefined)
+    throw new Error(
+      `${path.join(workingDir, ".git")}'s configuration sets ${found.trim()}, a program git runs; Claude Code runs git status here at start without asking, so remove that setting (git config --unset ${found.trim()}) before running this agent here`,
+    );
+}
 
 function gitConfigEnv(entries: ReadonlyArray<readonly [string, string]>): Record<string, string> {
   const env: Record<string, string> = { GIT_CONFIG_COUNT: String(entries.length) };
@@ -130,6 +186,8 @@ export function presetLaunch(name: AgentPresetName, context: PresetContext): Age
   switch (name) {
     case "claude": {
       checkClaudeProjectSettings(context.workingDir);
+      checkClaudeGitConfig(context.workingDir);
+      const tools = context.tools ?? CLAUDE_DEFAULT_TOOLS;
       const configDir = path.join(context.stateDir, "claude");
       return {
         command: [process.execPath, claudeAgentAcpEntry()],
@@ -174,9 +232,11 @@ export function presetLaunch(name: AgentPresetName, context: PresetContext): Age
           claudeCode: {
             options: {
               settingSources: [],
-              settings: { permissions: { ask: CLAUDE_ASK_TOOLS, disableBypassPermissionsMode: "disable" } },
+              // Every tool of the session asks: Claude Code's default mode lets Read, Glob, Grep and
+              // read-only Bash commands (ls, git status, git diff) run unasked.
+              settings: { permissions: { ask: tools, disableBypassPermissionsMode: "disable" } },
               ...(context.maxTurns > 0 ? { maxTurns: context.maxTurns } : {}),
-              ...(context.tools !== undefined ? { tools: context.tools } : {}),
+              tools,
             },
           },
         },

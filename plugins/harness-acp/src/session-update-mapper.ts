@@ -21,6 +21,8 @@ const IGNORED_KINDS = new Set([
 ]);
 
 const TERMINAL_STATUSES = new Set(["completed", "failed"]);
+/** ACP's tool call statuses; any other is refused (the fail-closed check below must know what each means). */
+const KNOWN_STATUSES = new Set(["pending", "in_progress", "completed", "failed"]);
 /** Statuses that say a tool call ran: only a call the runtime allowed may reach them. */
 const RUN_STATUSES = new Set(["in_progress", "completed"]);
 
@@ -248,16 +250,23 @@ export class SessionUpdateMapper {
       this.#toolCalls.set(id, tracked);
     }
     this.#merge(tracked, update);
+    if (!KNOWN_STATUSES.has(tracked.status))
+      throw new AcpSessionError(
+        "invalid_message",
+        `the agent reported tool call ${JSON.stringify(id)} with status ${JSON.stringify(tracked.status.slice(0, 40))}, which is none of ACP's (pending, in_progress, completed, failed)`,
+      );
     if (RUN_STATUSES.has(tracked.status) && tracked.permission !== "allowed") {
       // Fail closed: whatever let the agent skip asking (its mode, its own
       // rules, a tool it does not ask for), the runtime must not see a call
-      // run that it never allowed. A `failed` call did not run (Claude Code
-      // checks a call's input before it asks), so it is reported as failed.
+      // run that it never allowed. A call that goes from pending straight to
+      // `failed` unasked is reported as failed: Claude Code rejects an input
+      // before asking (an Edit of a file not read yet), and the claude preset
+      // makes every tool of the session ask, so it did not run.
       throw new AcpSessionError(
         "unpermitted_tool_call",
         `the agent reported tool call ${JSON.stringify(id)} (${toolName(tracked)}) as ${tracked.status} without ${
           tracked.permission === "refused" ? "being allowed" : "asking permission"
-        } for it; this harness lets no tool call run unless the runtime allowed it`,
+        } for it; this harness lets no tool call run unless the runtime allowed it: run the agent in a mode that asks before every tool call`,
       );
     }
     // Agents stream a tool call before its input is known (claude-agent-acp

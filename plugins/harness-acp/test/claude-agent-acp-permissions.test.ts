@@ -107,6 +107,63 @@ void test("claude-agent-acp started in acceptEdits (its user settings) is switch
   }
 });
 
+void test("claude-agent-acp: read-only commands ask too (ls, git status, git diff), and the default tools are harness-claude's", async () => {
+  // Claude Code's default mode runs read-only Bash commands unasked; git diff runs a repository's diff.external.
+  const run = await runHarness({
+    harnessOptions: { agent: "claude" },
+    setup: async ({ workingDir }) => {
+      execFileSync("git", ["init", "-q", workingDir]);
+      await writeFile(path.join(workingDir, "a.txt"), "alpha\n");
+    },
+    turns: () => [
+      { toolCalls: [{ name: "Bash", input: { command: "ls", description: "List files" } }] },
+      { toolCalls: [{ name: "Bash", input: { command: "git status", description: "Status" } }] },
+      { toolCalls: [{ name: "Bash", input: { command: "git diff", description: "Diff" } }] },
+      { text: "Done." },
+    ],
+    answer: (request) => (request.input?.["command"] === "ls" ? { allow: true } : { allow: false, reason: "no" }),
+  });
+  try {
+    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
+    assert.deepEqual(
+      ofCase(run.events, "permissionRequest").map((p) => p.input?.["command"]),
+      ["ls", "git status", "git diff"],
+    );
+    assert.deepEqual(
+      ofCase(run.events, "toolResult").map((r) => r.isError),
+      [false, true, true],
+    );
+    // The tools the model was offered: the session's, no tool that allows itself.
+    const offered = (run.model.requests[0]?.body?.tools ?? []).map((t: { name: string }) => t.name).sort();
+    assert.deepEqual(offered, ["Bash", "Edit", "Glob", "Grep", "Read", "Write"]);
+  } finally {
+    await removeRun(run);
+  }
+});
+
+void test("claude-agent-acp: a repository whose config names a program git runs is refused before the agent starts", async () => {
+  const run = await runHarness({
+    harnessOptions: { agent: "claude", tools: TOOLS },
+    setup: async ({ workingDir }) => {
+      execFileSync("git", ["init", "-q", workingDir]);
+      execFileSync("git", ["-C", workingDir, "config", "filter.x.clean", "touch ran; cat"]);
+      await writeFile(path.join(workingDir, ".gitattributes"), "* filter=x\n");
+    },
+    turns: () => [{ text: "Done." }],
+  });
+  try {
+    assert.equal(run.outcome.result?.stopReason, StopReason.ERROR);
+    assert.match(
+      run.outcome.result?.error ?? "",
+      /configuration sets filter\.x\.clean, a program git runs; .*git config --unset filter\.x\.clean/,
+    );
+    assert.equal(run.model.requests.length, 0);
+    assert.equal(existsSync(path.join(run.workingDir, "ran")), false);
+  } finally {
+    await removeRun(run);
+  }
+});
+
 void test("claude-agent-acp: a repository's core.fsmonitor does not run in Claude Code's own git calls", async () => {
   let marker = "";
   const run = await runHarness({

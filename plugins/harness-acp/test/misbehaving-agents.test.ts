@@ -45,7 +45,7 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
     mode: "unasked-run",
     stopReason: StopReason.ERROR,
     error:
-      /^the agent reported tool call "run-1" \(execute\) as completed without asking permission for it; this harness lets no tool call run unless the runtime allowed it$/,
+      /^the agent reported tool call "run-1" \(execute\) as completed without asking permission for it; this harness lets no tool call run unless the runtime allowed it: run the agent in a mode that asks before every tool call$/,
   },
   {
     mode: "mode-switch",

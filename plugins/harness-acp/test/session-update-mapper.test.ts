@@ -177,7 +177,7 @@ void test("fail closed: a call reported in_progress or completed without the run
         e instanceof AcpSessionError &&
         e.code === "unpermitted_tool_call" &&
         e.message ===
-          `the agent reported tool call "t1" (read) as ${status} ${words} for it; this harness lets no tool call run unless the runtime allowed it`,
+          `the agent reported tool call "t1" (read) as ${status} ${words} for it; this harness lets no tool call run unless the runtime allowed it: run the agent in a mode that asks before every tool call`,
     );
     assert.deepEqual(events.slice(before), []);
   }
@@ -200,6 +200,14 @@ void test("fail closed: a call reported in_progress or completed without the run
     "toolResult",
     { callId: "t2", output: { status: "failed", kind: "edit", output: "not read yet" }, isError: true },
   ]);
+  // A status that is none of ACP's cannot be told apart from a run: the session ends.
+  assert.throws(
+    () => mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "t3", kind: "execute", status: "done" })),
+    (e: unknown) =>
+      e instanceof AcpSessionError &&
+      e.code === "invalid_message" &&
+      /status "done", which is none of ACP's \(pending, in_progress, completed, failed\)/.test(e.message),
+  );
 });
 
 void test("modes: reported before the session's mode is settled, then any switch away from it ends the session", () => {
