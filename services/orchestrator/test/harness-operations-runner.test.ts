@@ -616,6 +616,35 @@ void test("a job runs at most maxPerJob operations at once; later calls wait the
   );
 });
 
+void test("a slot handed to a waiting call stays counted: a call that comes while it runs waits", async () => {
+  const releases: (() => void)[] = [];
+  let running = 0;
+  let peak = 0;
+  const sandbox = new ScriptedSandbox(() => {
+    running++;
+    peak = Math.max(peak, running);
+    const released = new Promise<void>((resolve) => releases.push(resolve)).then(() => void running--);
+    return [{ case: "waitFor", value: released }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })];
+  });
+  const o = setup({ sandbox, maxPerJob: 1 });
+  const a = extract(o, "rt-a");
+  const b = extract(o, "rt-b");
+  await sandbox.startedNth(1);
+  releases.shift()!();
+  await a.done;
+  await sandbox.startedNth(2);
+  // b runs in the slot a handed over; c must wait for it.
+  const c = extract(o, "rt-c");
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(sandbox.started.length, 2, "c started beside b");
+  releases.shift()!();
+  await b.done;
+  await sandbox.startedNth(3);
+  releases.shift()!();
+  await c.done;
+  assert.equal(peak, 1);
+});
+
 void test("a call id the job already used for another operation is refused, not answered with that operation's result", async () => {
   const agent = agentWith();
   const operations = (agent.definition as { harness_operations: Record<string, unknown>[] }).harness_operations;
@@ -628,6 +657,12 @@ void test("a call id the job already used for another operation is refused, not 
   assert.match(
     answers[1]!.error,
     /^operation_input_invalid: approve_shipment: call id rt-1 of this job was used for operation extract_shipment already/,
+  );
+  // The same operation under the same id with another task is another call too.
+  await runner.accept({ parent, callId: "rt-1", name: "extract_shipment", input: { task: "another" } }).done;
+  assert.match(
+    answers[2]!.error,
+    /^operation_input_invalid: extract_shipment: call id rt-1 of this job was used for a call of this operation with another task already/,
   );
   assert.equal(sandbox.started.length, 1);
 });

@@ -311,12 +311,12 @@ export class OperationRunner {
     } catch (error) {
       return recordFailed(error);
     }
-    if (existing && existing.operationKey !== op.key) {
-      // A call id is the harness's: one reused for another operation (a session restarted elsewhere, a
-      // node that is not ours) must not be answered with the first operation's result.
+    if (existing && (existing.operationKey !== op.key || existing.task !== read.task)) {
+      // A call id is the harness's: one reused for another call (a session restarted elsewhere, a node
+      // that is not ours) must not be answered with the first call's result. A replay sends the same call.
       return refuse(
         "operation_input_invalid",
-        `${name}: call id ${callId.slice(0, 120)} of this job was used for operation ${existing.operationKey} already; each call needs an id of its own`,
+        `${name}: call id ${callId.slice(0, 120)} of this job was used for ${existing.operationKey === op.key ? "a call of this operation with another task" : `operation ${existing.operationKey}`} already; each call needs an id of its own`,
       );
     }
     if (existing) {
@@ -427,6 +427,8 @@ export class OperationRunner {
   /**
    * Runs `run` once fewer than maxPerJob of the job's operations run (in call order); a job
    * cancelled meanwhile runs it at once, and its operation ends cancelled without a session.
+   * A run that ends hands its slot to the first waiting call, still counted, so no call can
+   * start in between (and the job's count is not dropped while a woken call is on its way).
    */
   async #inSlot(jobId: string, run: () => Promise<void>): Promise<void> {
     let slots = this.#slots.get(jobId);
@@ -434,25 +436,31 @@ export class OperationRunner {
       slots = { running: 0, waiting: [] };
       this.#slots.set(jobId, slots);
     }
-    if (slots.running >= (this.#o.maxPerJob ?? DEFAULT_MAX_OPERATIONS_PER_JOB)) {
+    if (slots.running < (this.#o.maxPerJob ?? DEFAULT_MAX_OPERATIONS_PER_JOB)) slots.running++;
+    else {
+      // Woken with the slot of a run that ended (handed over, still counted), or by the job's cancel.
       const signal = this.#signal(jobId);
-      const { promise, resolve } = Promise.withResolvers<void>();
-      const cancelled = (): void => resolve();
-      slots.waiting.push(resolve);
+      const { promise, resolve } = Promise.withResolvers<"handed" | "cancelled">();
+      const handed = (): void => resolve("handed");
+      const cancelled = (): void => resolve("cancelled");
+      slots.waiting.push(handed);
       signal.addEventListener("abort", cancelled, { once: true });
-      if (signal.aborted) resolve();
-      await promise;
+      if (signal.aborted) cancelled();
+      const how = await promise;
       signal.removeEventListener("abort", cancelled);
-      const at = slots.waiting.indexOf(resolve);
-      if (at >= 0) slots.waiting.splice(at, 1);
+      const at = how === "cancelled" ? slots.waiting.indexOf(handed) : -1;
+      if (at >= 0) {
+        slots.waiting.splice(at, 1);
+        slots.running++;
+      }
+      // Otherwise a run that ended handed this call its slot (counted already), before or after the cancel.
     }
-    slots.running++;
     try {
       await run();
     } finally {
-      slots.running--;
-      slots.waiting.shift()?.();
-      if (slots.running === 0 && slots.waiting.length === 0) this.#slots.delete(jobId);
+      const next = slots.waiting.shift();
+      if (next) next();
+      else if (--slots.running === 0) this.#slots.delete(jobId);
     }
   }
 
