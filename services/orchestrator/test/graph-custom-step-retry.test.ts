@@ -24,12 +24,13 @@ class RecordingNode implements SessionRunner {
   readonly url = "scripted://node";
   readonly started: string[] = [];
   readonly #ended = new Map<string, SandboxMessage[]>();
-  constructor(readonly outcome: (attempt: number) => "fails" | "succeeds") {}
+  constructor(readonly outcome: (attempt: number) => "fails" | "succeeds" | "breaks then succeeds") {}
 
   start(options: StartSessionOptions): SessionChannel {
     const sessionId = options.request.sessionId;
     this.started.push(sessionId);
-    const succeeds = this.outcome(this.started.length) === "succeeds";
+    const outcome = this.outcome(this.started.length);
+    const succeeds = outcome !== "fails";
     const messages: SandboxMessage[] = [
       { seq: 1, kind: "started", sessionId },
       {
@@ -47,6 +48,8 @@ class RecordingNode implements SessionRunner {
       { seq: 3, kind: "exited", exitCode: succeeds ? 0 : 1, signal: "", error: "" },
     ];
     this.#ended.set(sessionId, messages);
+    // The stream breaks after the start; the session runs on and ends well, as a re-attach finds.
+    if (outcome === "breaks then succeeds") return brokenChannel(messages.slice(0, 1));
     return channel(messages);
   }
 
@@ -78,6 +81,18 @@ function channel(messages: SandboxMessage[]): SessionChannel {
     answerPermission: async () => undefined,
     answerRuntimeTool: async () => undefined,
     close: () => queue.end(),
+  };
+}
+
+function brokenChannel(messages: SandboxMessage[]): SessionChannel {
+  return {
+    [Symbol.asyncIterator]: async function* () {
+      yield* messages;
+      throw Object.assign(new Error("the stream broke"), { code: "ECONNRESET" });
+    },
+    answerPermission: async () => undefined,
+    answerRuntimeTool: async () => undefined,
+    close: () => undefined,
   };
 }
 
@@ -126,4 +141,14 @@ void test("a retried custom step runs in a new session, and a restarted executor
   await assert.rejects(again(), /step_error: the step threw/);
   assert.deepEqual(await again(), { set: { done: true } });
   assert.equal(node.started.length, 2, "nothing ran a third time");
+});
+
+void test("a custom step whose stream broke is followed again by its retry, not started a second time", async () => {
+  const node = new RecordingNode(() => "breaks then succeeds");
+  const executor = executorOn(node);
+  const run = () =>
+    executor.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
+  await assert.rejects(run());
+  assert.deepEqual(await run(), { set: { done: true } });
+  assert.equal(node.started.length, 1, "the retry re-attached to the session that ran on");
 });

@@ -283,20 +283,27 @@ export class SessionGraphExecutor implements GraphExecutor {
     // attempt the manager asked to retry: it needs a session of its own, as an agent step's retry
     // needs a job of its own, or it re-attached to the failed session and read its failure again
     // for as long as the node kept it. Counted here, as #failed is: after a restart the attempts
-    // re-attach one by one, each failure reported once.
+    // re-attach one by one, each failure reported once. Only a session that ended counts: one whose
+    // stream broke may still run, and its retry follows it again rather than start a second copy.
     const failures = this.#customStepFailures.get(request.idempotencyKey) ?? 0;
     const key = failures === 0 ? request.idempotencyKey : `${request.idempotencyKey}#retry${failures}`;
     const sessionId = `ses_step_${createHash("sha256").update(key).digest("hex").slice(0, 24)}`;
+    const session = { ended: false };
     try {
-      return await this.#customStepSession(request, sessionId, request.module);
+      return await this.#customStepSession(request, sessionId, request.module, session);
     } catch (error) {
-      if (!request.signal.aborted && !this.#o.halt?.aborted)
-        this.#customStepFailures.set(request.idempotencyKey, failures + 1);
+      if (session.ended) this.#customStepFailures.set(request.idempotencyKey, failures + 1);
       throw error;
     }
   }
 
-  async #customStepSession(request: CustomStepRequest, sessionId: string, module: string): Promise<CustomStepResult> {
+  /** `session.ended` is set once the session's stream ended with it (whatever its outcome). */
+  async #customStepSession(
+    request: CustomStepRequest,
+    sessionId: string,
+    module: string,
+    session: { ended: boolean },
+  ): Promise<CustomStepResult> {
     const o = this.#o;
     const sandbox = await this.#place(sessionId, request.signal);
     const call: StepCall = {
@@ -327,6 +334,7 @@ export class SessionGraphExecutor implements GraphExecutor {
       messages = await this.#drain(sandbox.start(start), request.signal, sandbox, sessionId);
     }
     if (reattached) o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
+    session.ended = messages.some((m) => m.kind === "exited");
     // Ended (not halted: then the run's new owner re-attaches to it): its slot is free.
     if (!o.halt?.aborted) await o.placement.release(sessionId);
     const exited = messages.find((m): m is Extract<SandboxMessage, { kind: "exited" }> => m.kind === "exited");
