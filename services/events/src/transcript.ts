@@ -53,9 +53,15 @@ export function buildTranscript(jobId: string, events: PublicEvent[]): Transcrip
   const invocations = new Map<string, Invocation>();
   const byToolCall = new Map<string, Invocation>();
 
+  // Only the lifecycle types this service knows shape operation rows: a type it does not know
+  // keeps its envelope (ids, status, token counts) from any producer, and a producer could
+  // otherwise open a row, or add steps and tokens to another's row, with ids it made up.
+  const operationLifecycle = (event: PublicEvent): boolean =>
+    event.type.startsWith(OPERATION_PREFIX) && event.type !== STEP_TYPE && isLifecycleType(event.type);
+
   // First pass: every invocation's lifecycle, so steps can find their owner.
   for (const event of ordered) {
-    if (!event.type.startsWith(OPERATION_PREFIX) || event.type === STEP_TYPE) continue;
+    if (!operationLifecycle(event)) continue;
     if (!event.operationInvocationId) continue;
     const invocation = invocationFor(invocations, event);
     mergeLifecycle(invocation, event);
@@ -65,11 +71,12 @@ export function buildTranscript(jobId: string, events: PublicEvent[]): Transcrip
   const parent: PublicEvent[] = [];
   const unattributedSteps: PublicEvent[] = [];
   for (const event of ordered) {
-    const lifecycle = event.type.startsWith(OPERATION_PREFIX) && event.type !== STEP_TYPE;
-    if (lifecycle && event.operationInvocationId) continue;
-    const owner =
-      (event.operationInvocationId ? invocations.get(event.operationInvocationId) : undefined) ??
-      (event.type === STEP_TYPE && event.toolCallId ? byToolCall.get(event.toolCallId) : undefined);
+    if (operationLifecycle(event) && event.operationInvocationId) continue;
+    const known = isLifecycleType(event.type);
+    const owner = !known
+      ? undefined
+      : ((event.operationInvocationId ? invocations.get(event.operationInvocationId) : undefined) ??
+        (event.type === STEP_TYPE && event.toolCallId ? byToolCall.get(event.toolCallId) : undefined));
     if (owner && (event.type === STEP_TYPE || event.operationInvocationId)) {
       owner.row.steps.push(stepOf(event));
       addTokens(owner.row, event.tokens);

@@ -6,6 +6,7 @@ import { startEvents, type RunningEvents } from "@oz0/events";
 import { rawEvent } from "@oz0/events-client";
 import { OperationStatus, type OperationRow, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { eventsClient } from "./fixtures/events-client.js";
+import { foreignEvent } from "./fixtures/foreign-event.js";
 import { legacyWithoutInvocationIds, threeWithTwoOverlapping, twoOverlapping } from "./fixtures/recorded-jobs.js";
 import { testCredentials } from "@oz0/serving/testing";
 
@@ -161,6 +162,42 @@ void describe("Transcript", () => {
     const row = operations(transcript).get("inv1")!;
     assert.equal(row.tokens?.inputTokens, 0xffff_ffff);
     assert.equal(row.tokens?.outputTokens, 6);
+  });
+
+  void test("a type the service does not know adds no step, token or row to an operation, whoever sends it", async () => {
+    // Unknown types keep their envelope from any producer: the sandbox's credential (every node holds it)
+    // put 4e9 tokens and a step on the orchestrator's row, and opened rows of its own.
+    const base = { jobId: "job-forged", sessionId: "s1", toolCallId: "call1", operationInvocationId: "inv1" };
+    const real = await transcriptOf("job-forged", [
+      rawEvent("harness.operation_started", {
+        ...base,
+        source: "orchestrator",
+        status: "running",
+        attributes: { operation_key: "op" },
+      }),
+    ]);
+    assert.equal(operations(real).get("inv1")?.steps.length, 0);
+    const forged = await eventsClient(events.url, "sandbox").publish({
+      events: [
+        foreignEvent("model.call_done", { ...base, status: "completed", tokens: { inputTokens: 4_000_000_000 } }),
+        foreignEvent("harness.operation_x", { ...base, operationInvocationId: "inv-fake", status: "running" }),
+      ],
+    });
+    assert.deepEqual([forged.accepted, forged.reduced], [2, 2]);
+    const transcript = await eventsClient(events.url).transcript({ jobId: "job-forged" });
+    const rows = operations(transcript);
+    assert.deepEqual([...rows.keys()], ["inv1"], "no row of the sender's own");
+    assert.equal(rows.get("inv1")!.steps.length, 0);
+    assert.equal(rows.get("inv1")!.tokens?.inputTokens ?? 0, 0);
+    // They stay in the parent timeline, reduced, as the sandbox's.
+    const parent = transcript.rows.flatMap((r) => (r.row.case === "event" ? [r.row.value] : []));
+    assert.deepEqual(
+      parent.map((e) => [e.type, e.source, e.reduced]),
+      [
+        ["model.call_done", "sandbox", true],
+        ["harness.operation_x", "sandbox", true],
+      ],
+    );
   });
 
   void test("asks for a job id", async () => {
