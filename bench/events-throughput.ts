@@ -242,7 +242,7 @@ type Baseline = "same messages" | "bare";
 
 const sampleEvent = {
   type: "harness.operation_step",
-  source: "sandbox",
+  source: "orchestrator",
   toolCallId: "call-1",
   attributes: {
     step_index: 1,
@@ -290,8 +290,9 @@ async function direct(baseline: Baseline): Promise<Result> {
   return result;
 }
 
-// The service takes Publish only from the suite's services: the benchmark's
-// publisher presents a sandbox's credential, as a sandbox node would.
+// The service takes Publish only from the suite's services, and each event
+// type only from the service that sends it: the benchmark's publisher presents
+// the orchestrator's credential, which sends harness.operation_step.
 const PRODUCER_TOKEN = newCredential();
 const services = new Set<ChildProcess>();
 
@@ -312,7 +313,7 @@ async function startService(
       KAFKA_BROKERS: brokers.join(","),
       OZ0_KAFKA_TOPIC: topic,
       OZ0_LOG_LEVEL: "info",
-      OZ0_PEER_SANDBOX_SHA256: credentialDigest(PRODUCER_TOKEN),
+      OZ0_PEER_ORCHESTRATOR_SHA256: credentialDigest(PRODUCER_TOKEN),
     },
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -368,7 +369,7 @@ async function throughService(main = SERVICE_MAIN): Promise<Result> {
       publishers[(i % JOBS) % PRODUCERS]!.publish(
         build(
           rawEvent("harness.operation_step", {
-            source: "sandbox",
+            source: "orchestrator",
             jobId: `${jobPrefix}-${i % JOBS}`,
             sessionId: `${jobPrefix}-${i % JOBS}-s`,
             toolCallId: "call-1",

@@ -21,12 +21,16 @@ const MAX_REFUSED_SENDS_LOGGED = 1_000;
 
 /**
  * The producer a Publish comes from: the calling service, as its credential
- * proved it. Undefined when the call carries no service's credential (a
- * service run without authentication): its events keep the source they name.
+ * proved it. The access table lets no one else publish; should a call come
+ * without such a credential all the same, it is refused, not trusted.
  */
-function senderOf(context: HandlerContext): LifecycleSource | undefined {
+function senderOf(context: HandlerContext): LifecycleSource {
   const principal = principalOf(context);
-  if (principal?.kind !== "service" || principal.id === "events") return undefined;
+  if (principal?.kind !== "service" || principal.id === "events")
+    throw new ConnectError(
+      "Publish takes events from the orchestrator, sandbox and llm-proxy services only, each with its own credential",
+      Code.PermissionDenied,
+    );
   return principal.id;
 }
 
@@ -85,8 +89,8 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
    * answered). A type this service does not know is kept with its envelope
    * only (sayUnknown), whoever sends it.
    */
-  const maySend = (sender: LifecycleSource | undefined, type: string): boolean => {
-    if (sender === undefined || !isLifecycleType(type)) return true;
+  const maySend = (sender: LifecycleSource, type: string): boolean => {
+    if (!isLifecycleType(type)) return true;
     const senders: readonly LifecycleSource[] = LIFECYCLE_EVENTS[type].sentBy;
     if (senders.includes(sender)) return true;
     const pair = `${sender} ${type}`;
@@ -103,7 +107,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
   // `sender` is the calling service: each event's source is the sender's name, whatever the event says.
   const publishBatch = async (
     request: Pick<PublishRequest, "events">,
-    sender: LifecycleSource | undefined,
+    sender: LifecycleSource,
   ): Promise<BatchAnswer> => {
     if (request.events.length > MAX_PUBLISH_BATCH) {
       throw new ConnectError(
@@ -120,7 +124,7 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
           dropped++;
           return;
         }
-        if (sender !== undefined) outcome.event.source = sender;
+        outcome.event.source = sender;
         redacted.push(outcome.event);
         return;
       }
