@@ -209,6 +209,17 @@ const SETPRIV_PATHS = ["/usr/bin/setpriv", "/bin/setpriv"];
  * writes its log itself, so it needs nothing of this process.
  */
 export async function startServiceProcess(options: ServiceProcessOptions): Promise<StackProcess> {
+  const started = await startOnAPort(options);
+  // Both stacks (oz0 dev's and the one a command starts) start their sandbox here.
+  const refused = unisolatedRefusal(started.isolation);
+  if (refused !== undefined) {
+    await started.stop();
+    throw new Error(refused);
+  }
+  return started;
+}
+
+async function startOnAPort(options: ServiceProcessOptions): Promise<StackProcess> {
   const given = options.env.OZ0_PORT;
   if (given !== undefined && given !== "0") return startServiceOnce(options, given);
   // "Any free port": one below the kernel's ephemeral range, which a process binding port 0 cannot be handed while
@@ -482,11 +493,6 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
     throw error;
   }
   const isolation = started.find((p) => p.name === "sandbox")?.isolation;
-  const refused = unisolatedRefusal(isolation);
-  if (refused !== undefined) {
-    await close();
-    throw new Error(refused);
-  }
   return { urls, credentials, ownerToken, identityEnv, processes: started, isolation, close };
 }
 
