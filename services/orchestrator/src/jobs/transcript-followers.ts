@@ -8,11 +8,19 @@
 // reads once did, over the orchestrator's one connection to the events
 // service). The follower starts with the first stream on its job and stops
 // with the last.
+//
+// Reads of one job come at most once a second: the events service builds a
+// transcript on the thread that takes every Publish (up to 10,000 events a
+// read), and a job writing events without a pause had it rebuilt after each.
+import { setTimeout as sleep } from "node:timers/promises";
 import { equals } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { TranscriptResponseSchema, type TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { Doorbell } from "../doorbell.js";
 import type { JobTranscripts } from "./job-transcripts.js";
+
+/** The least time between two reads of one job's transcript. */
+export const TRANSCRIPT_READ_INTERVAL_MS = 1_000;
 
 /** One job's follower: the transcript it read last, and who waits for the next. */
 class JobFollower {
@@ -35,6 +43,7 @@ class JobFollower {
     const bell = new Doorbell(signal);
     let changed = false;
     let ended: { error: unknown } | undefined;
+    let lastRead = Number.NEGATIVE_INFINITY;
     const following = (async () => {
       try {
         for await (const _ of this.transcripts.changes(this.jobId, signal)) {
@@ -60,7 +69,12 @@ class JobFollower {
           if (ended) throw ended.error;
           continue;
         }
+        // Changes that land during the wait are in the read that follows it.
+        const wait = lastRead + TRANSCRIPT_READ_INTERVAL_MS - performance.now();
+        if (wait > 0) await sleep(wait, undefined, { signal }).catch(() => undefined);
+        if (signal.aborted) break;
         changed = false;
+        lastRead = performance.now();
         const transcript = await this.transcripts.transcript(this.jobId);
         // An event that changed nothing a transcript shows is not sent: compared once here, not once per stream.
         if (this.latest && equals(TranscriptResponseSchema, this.latest, transcript)) continue;
