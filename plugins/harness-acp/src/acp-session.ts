@@ -93,6 +93,17 @@ export function askingMode(modes: unknown): { mode: string | undefined; current:
   return { mode: current !== undefined && !NON_ASKING_MODES.has(current) ? current : undefined, current };
 }
 
+/** The current value of a session config option that is the mode (category or id `mode`), if any. */
+function modeOption(configOptions: unknown): string | undefined {
+  if (!Array.isArray(configOptions)) return undefined;
+  for (const option of configOptions as unknown[]) {
+    if (typeof option !== "object" || option === null) continue;
+    const { id, category, currentValue } = option as { id?: unknown; category?: unknown; currentValue?: unknown };
+    if ((category === "mode" || id === "mode") && typeof currentValue === "string") return currentValue;
+  }
+  return undefined;
+}
+
 /** A session in progress; `cancel()` is what SIGTERM calls. */
 export class AcpSessionRun {
   readonly #options: AcpSessionOptions;
@@ -327,10 +338,23 @@ export class AcpSessionRun {
    * on a switch to another mode fails the session (session-update-mapper.ts).
    */
   async #settleMode(
-    created: { sessionId: string; modes?: unknown },
+    created: { sessionId: string; modes?: unknown; configOptions?: unknown },
     mapper: SessionUpdateMapper,
     call: <T>(what: string, send: () => Promise<T>) => Promise<T>,
   ): Promise<void> {
+    // An agent may report its mode only as a session config option (ACP's `configOptions`, category
+    // or id `mode`): held to as it is, and refused when it is one known to run calls without asking.
+    const configMode = modeOption(created.configOptions);
+    if (created.modes === undefined && configMode !== undefined) {
+      const current = mapper.reportedMode ?? configMode;
+      if (NON_ASKING_MODES.has(current))
+        throw new AcpSessionError(
+          "permission_mode",
+          `the agent started the session in mode ${JSON.stringify(current)}, which runs tool calls without asking; this harness runs agents only in a mode that asks before every tool call: make the agent start in one`,
+        );
+      mapper.settleMode(current);
+      return;
+    }
     const modes = created.modes ?? undefined;
     const { mode, current: reported } = askingMode(modes);
     const current = mapper.reportedMode ?? reported;

@@ -59,12 +59,18 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
     error:
       /^the agent started the session in mode "yolo", which runs tool calls without asking, and offers no "default" mode/,
   },
+  {
+    mode: "config-yolo",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the agent started the session in mode "yolo", which runs tool calls without asking; .*make the agent start in one$/,
+  },
   // session/set_mode puts it back in `default` before the prompt.
   { mode: "start-bypass", stopReason: StopReason.COMPLETED, error: /^$/ },
 ];
 
 /** Modes that end the session before the prompt, so the agent says nothing. */
-const SILENT = new Set(["old-protocol", "start-yolo"]);
+const SILENT = new Set(["old-protocol", "start-yolo", "config-yolo"]);
 
 for (const { mode, stopReason, error } of CASES) {
   void test(`an agent that does ${mode} ends the session with ${StopReason[stopReason]}`, async () => {
