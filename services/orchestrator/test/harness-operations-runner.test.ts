@@ -374,7 +374,8 @@ void test("an invalid result is repaired with the validator's errors, then fails
 void test("a result holding a number JSON cannot write (1e400 read as Infinity) is repaired, never handed on", async () => {
   // Typed or not: an untyped member let Infinity through, and it reached the parent as null after a restart.
   const agent = agentWith();
-  const operation = (agent.definition as { harness_operations: { result_schema: unknown }[] }).harness_operations[0]!;
+  const operation = (agent.definition as unknown as { harness_operations: { result_schema: unknown }[] })
+    .harness_operations[0]!;
   operation.result_schema = {
     type: "object",
     properties: { weight: { type: "number" }, note: {} },
