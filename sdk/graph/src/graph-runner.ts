@@ -830,7 +830,7 @@ class RunExecution {
           if (++extensions > retries) {
             throw new GraphError(
               "STEP_FAILED",
-              `loop ${node.id} at ${path} hit maxIterations (${step}) and the manager's retries ran out: it asked for more iterations after iteration ${limit}, and may grant ${step} more at most ${retries} times (maxRetries). Raise the GraphRunner's maxRetries and resume the run, or raise the loop's maxIterations for new runs`,
+              `loop ${node.id} at ${path} hit maxIterations (${step}) and the manager's retries ran out: it asked for more iterations after iteration ${limit}, and may grant ${step} more at most ${retries} times (maxRetries). Raise the loop's maxIterations for new runs, or, running the graph with @oz0/graph yourself, GraphRunnerOptions.maxRetries and resume the run (the orchestrator runs graphs with 3)`,
             );
           }
           limit += step;

@@ -302,7 +302,7 @@ void test("a manager that keeps answering retry at maxIterations gets at most ma
   assert.equal(result.error?.code, "STEP_FAILED");
   assert.match(
     result.error?.message ?? "",
-    /^loop loop:coder at \/0 hit maxIterations \(2\) and the manager's retries ran out: .* Raise the GraphRunner's maxRetries and resume the run/,
+    /^loop loop:coder at \/0 hit maxIterations \(2\) and the manager's retries ran out: .* Raise the loop's maxIterations for new runs, or, running the graph with @oz0\/graph yourself, GraphRunnerOptions.maxRetries/,
   );
   assert.equal(coded, 8, "2 iterations, then 3 extensions of 2");
   assert.deepEqual(
