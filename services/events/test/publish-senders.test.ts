@@ -6,28 +6,16 @@
 // name, and the transcript and the console would show it.
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import pino from "pino";
-import { startEvents, type RunningEvents } from "@oz0/events";
 import { rawEvent } from "@oz0/events-client";
-import { testCredentials } from "@oz0/serving/testing";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { foreignEvent } from "./fixtures/foreign-event.js";
+import { startLoggedEvents } from "./fixtures/test-service.js";
 
-const running: RunningEvents[] = [];
+const cleanup: (() => Promise<void> | void)[] = [];
 after(async () => {
-  for (const events of running) await events.close();
+  for (const close of cleanup) await close();
 });
-
-async function service(): Promise<{ events: RunningEvents; log: Record<string, unknown>[] }> {
-  const log: Record<string, unknown>[] = [];
-  const logger = pino(
-    { level: "warn" },
-    { write: (line: string) => void log.push(JSON.parse(line) as Record<string, unknown>) },
-  );
-  const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, logger });
-  running.push(events);
-  return { events, log };
-}
+const service = () => startLoggedEvents(cleanup);
 
 void describe("a published event's sender", () => {
   void test("the sandbox's credential cannot publish the orchestrator's events, and its events are the sandbox's whatever they say", async () => {

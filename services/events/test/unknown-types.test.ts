@@ -6,8 +6,6 @@
 // its log, and the producers' publisher says so in its own.
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import pino from "pino";
-import { startEvents, type RunningEvents } from "@oz0/events";
 import {
   LIFECYCLE_EVENTS,
   LIFECYCLE_TYPES,
@@ -18,24 +16,14 @@ import {
 import { testCredentials } from "@oz0/serving/testing";
 import { eventsClient, watchAll } from "./fixtures/events-client.js";
 import { foreignEvent } from "./fixtures/foreign-event.js";
+import { startLoggedEvents } from "./fixtures/test-service.js";
 
 const SECRET = "s3cr3t-attribute";
-const running: RunningEvents[] = [];
+const cleanup: (() => Promise<void> | void)[] = [];
 after(async () => {
-  for (const events of running) await events.close();
+  for (const close of cleanup) await close();
 });
-
-/** An events service whose log lines are kept, parsed. */
-async function service(): Promise<{ events: RunningEvents; log: Record<string, unknown>[] }> {
-  const log: Record<string, unknown>[] = [];
-  const logger = pino(
-    { level: "warn" },
-    { write: (line: string) => void log.push(JSON.parse(line) as Record<string, unknown>) },
-  );
-  const events = await startEvents({ auth: testCredentials.settingsFor("events"), port: 0, logger });
-  running.push(events);
-  return { events, log };
-}
+const service = () => startLoggedEvents(cleanup);
 
 void describe("an unknown type at Publish", () => {
   void test("is accepted with its envelope only, counted in reduced, and named once per type in the service's log", async () => {

@@ -569,17 +569,26 @@ void test("operations called in one turn run concurrently", async () => {
   assert.deepEqual(answers.map((a) => a.id).sort(), ["rt-1", "rt-2"]);
 });
 
-void test("a job runs at most maxPerJob operations at once; later calls wait their turn, and a cancel ends them without a session", async () => {
-  // Scratch sessions are never placed: without the bound, a model's 40 calls in one turn were 40 sessions on its node.
+/**
+ * A sandbox whose sessions each wait until released (in the order they started), then finish with a
+ * result; `peak()` is the most that ran at once.
+ */
+function heldSessions(): { sandbox: ScriptedSandbox; releases: (() => void)[]; peak: () => number } {
   const releases: (() => void)[] = [];
   let running = 0;
-  let peak = 0;
+  let most = 0;
   const sandbox = new ScriptedSandbox(() => {
     running++;
-    peak = Math.max(peak, running);
+    most = Math.max(most, running);
     const released = new Promise<void>((resolve) => releases.push(resolve)).then(() => void running--);
     return [{ case: "waitFor", value: released }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })];
   });
+  return { sandbox, releases, peak: () => most };
+}
+
+void test("a job runs at most maxPerJob operations at once; later calls wait their turn, and a cancel ends them without a session", async () => {
+  // Scratch sessions are never placed: without the bound, a model's 40 calls in one turn were 40 sessions on its node.
+  const { sandbox, releases, peak } = heldSessions();
   const o = setup({ sandbox, maxPerJob: 2 });
   const first = Array.from({ length: 5 }, (_, i) => extract(o, `rt-${i}`));
   await sandbox.startedNth(2);
@@ -593,7 +602,7 @@ void test("a job runs at most maxPerJob operations at once; later calls wait the
     else await new Promise((r) => setImmediate(r));
   }
   await Promise.all(first.map((call) => call.done));
-  assert.equal(peak, 2);
+  assert.equal(peak(), 2);
   assert.deepEqual(
     o.answers.map((a) => [a.id, a.isError]).sort(),
     [0, 1, 2, 3, 4].map((i) => [`rt-${i}`, false]),
@@ -618,15 +627,7 @@ void test("a job runs at most maxPerJob operations at once; later calls wait the
 });
 
 void test("a slot handed to a waiting call stays counted: a call that comes while it runs waits", async () => {
-  const releases: (() => void)[] = [];
-  let running = 0;
-  let peak = 0;
-  const sandbox = new ScriptedSandbox(() => {
-    running++;
-    peak = Math.max(peak, running);
-    const released = new Promise<void>((resolve) => releases.push(resolve)).then(() => void running--);
-    return [{ case: "waitFor", value: released }, ...finish({ shipmentReference: "1", pickupCountry: "DE" })];
-  });
+  const { sandbox, releases, peak } = heldSessions();
   const o = setup({ sandbox, maxPerJob: 1 });
   const a = extract(o, "rt-a");
   const b = extract(o, "rt-b");
@@ -643,7 +644,7 @@ void test("a slot handed to a waiting call stays counted: a call that comes whil
   await sandbox.startedNth(3);
   releases.shift()!();
   await c.done;
-  assert.equal(peak, 1);
+  assert.equal(peak(), 1);
 });
 
 void test("a call id the job already used for another operation is refused, not answered with that operation's result", async () => {
