@@ -24,6 +24,7 @@ import {
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { startScriptedModel, type ScriptedRequest } from "@oz0/harness/testing";
+import { stackTokenFor } from "@oz0/serving";
 import { clientsFor } from "../services/orchestrator/src/cli/connection.js";
 import { startEmbeddedStack } from "../services/orchestrator/src/dev/embedded-stack.js";
 import { resolveHarnessCommand } from "../services/orchestrator/src/agents/harness-command.js";
@@ -118,7 +119,10 @@ try {
   );
 
   // 2. End-to-end latency against the same session run directly on the sandbox.
-  const sandbox = new SandboxClient({ url: stack.urls.sandbox, token: stack.credentials.orchestrator });
+  const sandbox = new SandboxClient({
+    url: stack.urls.sandbox,
+    token: stackTokenFor(stack.credentials, "orchestrator", "sandbox"),
+  });
   const proxy = new LlmProxyClient({ url: stack.urls["llm-proxy"], token: stack.credentials.orchestrator });
   const pluginPath = (await api.plugins.listPlugins({})).plugins[0]!.path;
   const command = resolveHarnessCommand({

@@ -13,10 +13,12 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { parse, parseAllDocuments } from "yaml";
+import { stackCredentialNames } from "@oz0/serving";
 import {
   deployDir,
   generatedDir,
@@ -34,15 +36,7 @@ import {
   sandboxToOrchestratorFindings,
   serviceTokenFindings,
 } from "./support/identity-checks.js";
-import {
-  allContainers,
-  container,
-  containerEnv,
-  services,
-  workload,
-  workloads,
-  type Any,
-} from "./support/workloads.js";
+import { allContainers, container, containerEnv, workload, workloads, type Any } from "./support/workloads.js";
 
 const DIGESTS = /^oz0-service-token-digests(-[a-z0-9]+)?$/;
 const AUTH_CONFIG_MAP = /^oz0-auth(-[a-z0-9]+)?$/;
@@ -51,6 +45,8 @@ const RETIRED_ADMIN_TOKEN = ["OZ0", "LLM", "PROXY", "ADMIN", "TOKEN"].join("_");
 const RETIRED_ADMIN_SECRET = ["oz0", "llm", "proxy", "admin"].join("-");
 const sha256 = (text: string): string => createHash("sha256").update(text).digest("hex");
 const decode = (base64: string): string => Buffer.from(base64.replace(/\s/g, ""), "base64").toString("utf8");
+/** Each service's own credential, and those for one audience alone (`orchestrator-for-sandbox`): a Secret each. */
+const credentials = stackCredentialNames();
 
 for (const dir of overlayDirs()) {
   const overlay = path.basename(dir);
@@ -129,11 +125,11 @@ void describe("dev's generated credentials, as rendered", () => {
     objects = render(path.join(k8sDir, "overlays", "dev"));
   });
 
-  void it("gives each service a token of its own, and the digests ConfigMap their SHA-256", () => {
+  void it("gives each service a token of its own, the orchestrator one for sandboxes, and the digests ConfigMap their SHA-256", () => {
     const digests = objects.find((o) => o.kind === "ConfigMap" && DIGESTS.test(o.metadata.name)) as Any;
     assert.ok(digests, "a generated oz0-service-token-digests ConfigMap");
     const tokens = new Set<string>();
-    for (const service of services) {
+    for (const service of credentials) {
       const secret = objects.find(
         (o) => o.kind === "Secret" && new RegExp(`^oz0-${service}-token-[a-z0-9]+$`).test(o.metadata.name),
       ) as Any;
@@ -147,7 +143,7 @@ void describe("dev's generated credentials, as rendered", () => {
       tokens.add(token);
       assert.equal(digests.data[service], sha256(token), `${service}'s digest is the SHA-256 of its token, exactly`);
     }
-    assert.equal(tokens.size, services.length, "no two services share a token");
+    assert.equal(tokens.size, credentials.length, "no two credentials are the same token");
   });
 });
 
@@ -171,6 +167,7 @@ void describe("overlays/dev/generate-secrets.sh", () => {
       "events-token.env",
       "kek",
       "llm-proxy-token.env",
+      "orchestrator-for-sandbox-token.env",
       "orchestrator-token.env",
       "sandbox-token.env",
       "service-token-digests.env",
@@ -182,7 +179,7 @@ void describe("overlays/dev/generate-secrets.sh", () => {
         .split("\n")
         .map((l) => l.split("=") as [string, string]),
     );
-    for (const service of services) assert.equal(digests[service], sha256(token(first, service)));
+    for (const service of credentials) assert.equal(digests[service], sha256(token(first, service)));
     assert.equal(Buffer.from(read(first, "kek"), "base64").length, 32);
     const auth = parse(read(first, "auth.yaml")) as Any;
     assert.deepEqual(auth.roles, { admin: { users: ["dev-admin"] } });
@@ -190,24 +187,81 @@ void describe("overlays/dev/generate-secrets.sh", () => {
   });
 
   void it("makes new credentials for every deployment, keeps them when run again, and replaces them with --force", () => {
-    for (const service of services)
+    for (const service of credentials)
       assert.notEqual(token(first, service), token(second, service), `${service}: the same token twice`);
     assert.notEqual(read(first, "kek"), read(second, "kek"));
-    const before = Object.fromEntries(services.map((s) => [s, token(second, s)]));
+    const before = Object.fromEntries(credentials.map((s) => [s, token(second, s)]));
     const kek = read(second, "kek");
     execFileSync("bash", [generateSecretsScript(second)], { stdio: "pipe" });
-    for (const service of services)
+    for (const service of credentials)
       assert.equal(token(second, service), before[service], `${service}: a re-run kept the token`);
     assert.equal(read(second, "kek"), kek);
     execFileSync("bash", [generateSecretsScript(second), "--force"], { stdio: "pipe" });
-    for (const service of services)
+    for (const service of credentials)
       assert.notEqual(token(second, service), before[service], `${service}: --force made a new token`);
     const digests = read(second, "service-token-digests.env");
-    for (const service of services)
+    for (const service of credentials)
       assert.ok(
         digests.includes(`${service}=${sha256(token(second, service))}`),
         `${service}'s digest follows its new token`,
       );
+  });
+});
+
+void describe("the README's credential script for prod", () => {
+  void it("creates every token Secret and digest key prod reads, each digest the SHA-256 of its Secret's token", (t) => {
+    // The script as the README shows it, run with a kubectl that records what it is asked to create.
+    const readme = readFileSync(path.join(k8sDir, "README.md"), "utf8");
+    const script = /The service credentials, for example[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(script, "deploy/k8s/README.md shows the credential script");
+    const bin = mkdtempSync(path.join(os.tmpdir(), "oz0-kubectl-"));
+    t.after(() => rmSync(bin, { recursive: true, force: true }));
+    const log = path.join(bin, "calls");
+    writeFileSync(path.join(bin, "kubectl"), `#!/bin/sh\nprintf '%s\\t' "$@" >> "${log}"\necho >> "${log}"\n`, {
+      mode: 0o755,
+    });
+    execFileSync("bash", ["-euo", "pipefail", "-c", script], {
+      env: { ...process.env, PATH: `${bin}:${process.env.PATH ?? ""}` },
+      stdio: "pipe",
+    });
+    const calls = readFileSync(log, "utf8")
+      .trim()
+      .split("\n")
+      .map((line) => line.split("\t").filter(Boolean));
+    const literals = (args: string[]): Map<string, string> =>
+      new Map(
+        args
+          .filter((a) => a.startsWith("--from-literal="))
+          .map((a) => a.slice("--from-literal=".length))
+          .map((a) => [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)]),
+      );
+    const secrets = new Map<string, string>();
+    let digests = new Map<string, string>();
+    for (const args of calls) {
+      const at = args.indexOf("create");
+      if (args[at + 1] === "secret") secrets.set(args[at + 3]!, literals(args).get("token")!);
+      if (args[at + 1] === "configmap" && args[at + 2] === "oz0-service-token-digests") digests = literals(args);
+    }
+    for (const [name, token] of secrets) {
+      const key = /^oz0-(.+)-token$/.exec(name)![1]!;
+      assert.equal(digests.get(key), sha256(token), `the digest under ${key} is ${name}'s`);
+    }
+    // Every token Secret and digest key the prod overlays read is among them.
+    for (const dir of overlayDirs().filter((d) => path.basename(d).startsWith("prod"))) {
+      for (const w of workloads(render(dir))) {
+        for (const c of allContainers(w.pod)) {
+          for (const e of (c.env ?? []) as Any[]) {
+            const secret = e.valueFrom?.secretKeyRef;
+            if (secret && /^oz0-.*-token$/.test(secret.name))
+              assert.ok(secrets.has(secret.name), `${path.basename(dir)}: ${w.name} reads ${secret.name}`);
+            const digest = e.valueFrom?.configMapKeyRef;
+            if (digest && DIGESTS.test(digest.name))
+              assert.ok(digests.has(digest.key), `${path.basename(dir)}: ${w.name} reads digest ${digest.key}`);
+          }
+        }
+      }
+    }
+    assert.ok(secrets.has("oz0-orchestrator-for-sandbox-token"), "the orchestrator's credential for sandboxes");
   });
 });
 
@@ -411,6 +465,17 @@ void describe("the identity checks catch mistakes", () => {
       peerDigestFindings(wrongKey).join("\n"),
       /llm-proxy\/llm-proxy OZ0_PEER_ORCHESTRATOR_SHA256 does not come from/,
     );
+    // The orchestrator's general credential, where sandboxes must accept only the one for them.
+    const general = broken(
+      (o) =>
+        (pod(o, "sandbox").containers[0].env.find(
+          (e: Any) => e.name === "OZ0_PEER_ORCHESTRATOR_SHA256",
+        ).valueFrom.configMapKeyRef.key = "orchestrator"),
+    );
+    assert.match(
+      peerDigestFindings(general).join("\n"),
+      /sandbox\/sandbox OZ0_PEER_ORCHESTRATOR_SHA256 does not come from oz0-service-token-digests, key orchestrator-for-sandbox/,
+    );
     const sidecar = broken((o) =>
       pod(o, "sandbox").containers[1].env.push({ name: "OZ0_PEER_ORCHESTRATOR_SHA256", value: "0".repeat(64) }),
     );
@@ -438,5 +503,26 @@ void describe("the identity checks catch mistakes", () => {
       }),
     );
     assert.match(serviceTokenFindings(sidecar).join("\n"), /sandbox\/node-heartbeat holds a service token/);
+    // Sending sandboxes the general credential: a session that read it there could set the proxy's keys.
+    const oneForAll = broken(
+      (o) =>
+        (pod(o, "orchestrator").containers[0].env = pod(o, "orchestrator").containers[0].env.filter(
+          (e: Any) => e.name !== "OZ0_SERVICE_TOKEN_FOR_SANDBOX",
+        )),
+    );
+    assert.match(
+      serviceTokenFindings(oneForAll).join("\n"),
+      /orchestrator\/orchestrator: OZ0_SERVICE_TOKEN_FOR_SANDBOX is not key "token" of its own Secret oz0-orchestrator-for-sandbox-token/,
+    );
+    const stray = broken((o) =>
+      pod(o, "llm-proxy").containers[0].env.push({
+        name: "OZ0_SERVICE_TOKEN_FOR_EVENTS",
+        valueFrom: { secretKeyRef: { name: "oz0-orchestrator-token", key: "token" } },
+      }),
+    );
+    assert.match(
+      serviceTokenFindings(stray).join("\n"),
+      /llm-proxy\/llm-proxy holds OZ0_SERVICE_TOKEN_FOR_EVENTS, which the design does not give it/,
+    );
   });
 });

@@ -120,6 +120,7 @@ for (const dir of overlayDirs()) {
         "oz0-llm-proxy-postgres",
         "oz0-node-token",
         "oz0-orchestrator-token",
+        "oz0-orchestrator-for-sandbox-token",
         "oz0-sandbox-token",
         "oz0-llm-proxy-token",
         "oz0-events-token",

@@ -91,6 +91,13 @@ const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
     secret: serviceTokenSecret(service),
     readers: [{ workload: service, container: service, how: "env" as const, env: "OZ0_SERVICE_TOKEN" }],
   })),
+  // What the orchestrator sends sandboxes alone: its container only, as the variable the orchestrator reads it from.
+  {
+    secret: serviceTokenSecret("orchestrator-for-sandbox"),
+    readers: [
+      { workload: "orchestrator", container: "orchestrator", how: "env", env: "OZ0_SERVICE_TOKEN_FOR_SANDBOX" },
+    ],
+  },
   // PostgreSQL: the orchestrators' URL, and the proxies' own role (its schema holds encrypted keys).
   { secret: /^oz0-postgres$/, readers: [{ workload: "orchestrator", how: "env", env: "DATABASE_URL" }] },
   { secret: /^oz0-llm-proxy-postgres$/, readers: [{ workload: "llm-proxy", how: "env", env: "DATABASE_URL" }] },
@@ -146,6 +153,10 @@ for (const dir of overlayDirs()) {
           `${service}'s token is read by ${service}, and only by it`,
         );
       }
+      const forSandbox = secretReaders.find(
+        (e) => e.secret.source === serviceTokenSecret("orchestrator-for-sandbox").source,
+      )!;
+      assert.deepEqual(readersOf.get(forSandbox.secret), ["orchestrator"], "the credential for sandboxes");
       const proxy = workload(objects, "llm-proxy");
       const mount = container(proxy.pod, "llm-proxy").volumeMounts.find((m: Any) => m.name === "provider-keys");
       assert.equal(mount.readOnly, true);

@@ -3,7 +3,13 @@
 // one fails on the mistake it is there for.
 import { isDeepStrictEqual } from "node:util";
 // Who accepts whom, and the variable that carries each digest: the services' own rule, so the manifests are held to it.
-import { ACCEPTED_PEERS, peerVariable } from "@oz0/serving";
+import {
+  ACCEPTED_PEERS,
+  audienceTokenVariable,
+  credentialName,
+  OWN_AUDIENCE_CREDENTIALS,
+  peerVariable,
+} from "@oz0/serving";
 import type { K8sObject } from "./render.js";
 import {
   allContainers,
@@ -135,7 +141,7 @@ export function sandboxToOrchestratorFindings(objects: K8sObject[]): string[] {
 const isServiceContainer = (workloadName: string, c: Any): boolean =>
   (services as readonly string[]).includes(c.name) && c.name === workloadName;
 
-/** Each container gets exactly the peer digests the design says, from the digests ConfigMap, and no other. */
+/** Each container gets exactly the peer digests the design says, each the digest of what that peer sends it, from the digests ConfigMap, and no other. */
 export function peerDigestFindings(objects: K8sObject[]): string[] {
   const findings: string[] = [];
   for (const w of workloads(objects)) {
@@ -151,8 +157,9 @@ export function peerDigestFindings(objects: K8sObject[]): string[] {
       for (const e of given) {
         const ref = e.valueFrom?.configMapKeyRef;
         const peer = (services as readonly string[]).find((s) => peerVariable(s as Service) === e.name);
-        if (!ref || !DIGESTS.test(ref.name) || ref.key !== peer)
-          findings.push(`${where} ${e.name} does not come from oz0-service-token-digests, key ${peer ?? "?"}`);
+        const key = peer ? credentialName(peer as Service, c.name as Service) : "?";
+        if (!ref || !DIGESTS.test(ref.name) || ref.key !== key)
+          findings.push(`${where} ${e.name} does not come from oz0-service-token-digests, key ${key}`);
       }
       for (const name of Object.keys(containerEnv(objects, c))) {
         if (/^OZ0_PEER_/.test(name)) findings.push(`${where} gets ${name} from a ConfigMap read wholesale`);
@@ -162,23 +169,38 @@ export function peerDigestFindings(objects: K8sObject[]): string[] {
   return findings;
 }
 
-/** Each service container holds its own token, from its own Secret; no other container holds one. */
+/**
+ * Each service container holds its own token, and its token for each audience of its own (the orchestrator's for
+ * sandboxes), each from its own Secret; no other container holds one.
+ */
 export function serviceTokenFindings(objects: K8sObject[]): string[] {
   const findings: string[] = [];
+  const isTokenVariable = (name: string): boolean =>
+    name === "OZ0_SERVICE_TOKEN" || name.startsWith("OZ0_SERVICE_TOKEN_FOR_");
   for (const w of workloads(objects)) {
     for (const c of allContainers(w.pod)) {
       const where = `${w.name}/${c.name}`;
-      const entries = (c.env ?? []).filter((e: Any) => e.name === "OZ0_SERVICE_TOKEN");
-      const fromConfigMaps =
-        containerEnv(objects, c).OZ0_SERVICE_TOKEN !== undefined && entries.every((e: Any) => e.value === undefined);
-      if (fromConfigMaps) findings.push(`${where} gets OZ0_SERVICE_TOKEN from a ConfigMap`);
+      const entries = (c.env ?? []).filter((e: Any) => isTokenVariable(e.name));
+      for (const [name, value] of Object.entries(containerEnv(objects, c))) {
+        if (isTokenVariable(name) && value !== undefined && !entries.some((e: Any) => e.name === name))
+          findings.push(`${where} gets ${name} from a ConfigMap`);
+      }
       if (!isServiceContainer(w.name, c)) {
-        if (entries.length > 0) findings.push(`${where} holds a service token`);
+        for (const e of entries) findings.push(`${where} holds a service token (${e.name as string})`);
         continue;
       }
-      const ref = entries.length === 1 ? entries[0].valueFrom?.secretKeyRef : undefined;
-      if (!ref || !new RegExp(`^oz0-${c.name}-token(-[a-z0-9]+)?$`).test(ref.name) || ref.key !== "token") {
-        findings.push(`${where}: OZ0_SERVICE_TOKEN is not key "token" of its own Secret oz0-${c.name}-token`);
+      const expected = new Map<string, string>([["OZ0_SERVICE_TOKEN", c.name]]);
+      for (const audience of OWN_AUDIENCE_CREDENTIALS[c.name as Service] ?? [])
+        expected.set(audienceTokenVariable(audience), credentialName(c.name as Service, audience));
+      for (const [variable, secret] of expected) {
+        const given = entries.filter((e: Any) => e.name === variable);
+        const ref = given.length === 1 ? given[0].valueFrom?.secretKeyRef : undefined;
+        if (!ref || !new RegExp(`^oz0-${secret}-token(-[a-z0-9]+)?$`).test(ref.name) || ref.key !== "token")
+          findings.push(`${where}: ${variable} is not key "token" of its own Secret oz0-${secret}-token`);
+      }
+      for (const e of entries) {
+        if (!expected.has(e.name))
+          findings.push(`${where} holds ${e.name as string}, which the design does not give it`);
       }
     }
   }

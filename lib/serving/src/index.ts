@@ -58,18 +58,22 @@ export { ACCESS_TABLE } from "./auth/access-table.js";
 export type { Access } from "./auth/access-table.js";
 export { Authenticator, credentialDigest } from "./auth/authenticator.js";
 export type { AuthSettings, Authentication, SessionCredentials, SessionOrigin } from "./auth/authenticator.js";
-export { authSettingsFromEnv, peerVariable } from "./auth/auth-settings.js";
-export { bearerInterceptor } from "./auth/bearer-credential.js";
+export { audienceTokenVariable, authSettingsFromEnv, peerVariable } from "./auth/auth-settings.js";
+export { bearerInterceptor, callerToken } from "./auth/bearer-credential.js";
 export { parsePeopleConfig, grantedRoles } from "./auth/people-config.js";
 export type { PeopleConfig, OidcConfig, RoleGrant, StaticToken } from "./auth/people-config.js";
 export { principalOf } from "./auth/principal.js";
 export type { Principal, Role, ServiceName } from "./auth/principal.js";
 export {
   ACCEPTED_PEERS,
+  OWN_AUDIENCE_CREDENTIALS,
+  credentialName,
   generateStackCredentials,
   newCredential,
   serviceIdentityEnv,
+  stackCredentialNames,
+  stackTokenFor,
 } from "./auth/stack-credentials.js";
-export type { StackCredentials } from "./auth/stack-credentials.js";
+export type { AudienceCredentialName, StackCredentials } from "./auth/stack-credentials.js";
 export { createScrubber, scanReadsStrings, scrubSecret, REDACTED } from "./secret-scrubber.js";
 export type { FramedTextScrubber, HeldTextScrubber, SecretScrubber, TextSpan } from "./secret-scrubber.js";

@@ -18,11 +18,12 @@ import {
   newCredential,
   serviceAuthSettings,
   serviceIdentityEnv,
+  stackTokenFor,
   type StackCredentials,
 } from "./auth/stack-credentials.js";
 
 export interface TestCredentials {
-  /** Each service's credential. */
+  /** Each service's credential, and those a service sends one audience alone (`orchestrator-for-sandbox`). */
   readonly services: StackCredentials;
   /** A person with every role (the embedded owner). */
   readonly owner: string;
@@ -37,13 +38,23 @@ export interface TestCredentials {
 /** The services people call, as the embedded stack configures them: the others know no person. */
 const PEOPLE_SERVE = new Set<ServiceName>(["orchestrator", "events"]);
 
+/** The service that serves a proto service: `oz0.sandbox.v1.SandboxService` → `sandbox`. */
+const SERVED_BY: Readonly<Record<string, ServiceName>> = {
+  orchestrator: "orchestrator",
+  sandbox: "sandbox",
+  llmproxy: "llm-proxy",
+  events: "events",
+};
+
 export function createTestCredentials(): TestCredentials {
   const services = generateStackCredentials();
   const owner = newCredential();
   const ownerTokenSha256 = credentialDigest(owner);
   const tokenFor = (method: string): string => {
     const access = ACCESS_TABLE[method];
-    if (access && "services" in access && access.services?.length && !access.role) return services[access.services[0]!];
+    const audience = SERVED_BY[method.split(".")[1] ?? ""];
+    if (audience && access && "services" in access && access.services?.length && !access.role)
+      return stackTokenFor(services, access.services[0]!, audience);
     return owner;
   };
   return {

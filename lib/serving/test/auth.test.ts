@@ -22,7 +22,13 @@ import { Authenticator, credentialDigest, type SessionCredentials } from "../src
 import { authSettingsFromEnv } from "../src/auth/auth-settings.js";
 import { parsePeopleConfig } from "../src/auth/people-config.js";
 import { principalOf, ROLES, type Principal } from "../src/auth/principal.js";
-import { newCredential } from "../src/auth/stack-credentials.js";
+import { callerToken } from "../src/auth/bearer-credential.js";
+import {
+  generateStackCredentials,
+  newCredential,
+  serviceAuthSettings,
+  stackTokenFor,
+} from "../src/auth/stack-credentials.js";
 import { registration, serve, type RunningServer } from "../src/serve.js";
 import { startTestOidcIssuer, type TestOidcIssuer } from "../src/testing.js";
 
@@ -302,6 +308,43 @@ void describe("identity settings from the environment", () => {
       () => authSettingsFromEnv({ OZ0_SERVICE_TOKEN: "short" }),
       /OZ0_SERVICE_TOKEN has 5 characters; use at least 16/,
     );
+  });
+
+  void it("sends an audience with a credential of its own that one, and refuses it equal to OZ0_SERVICE_TOKEN", () => {
+    const own = newCredential();
+    const forSandbox = newCredential();
+    const settings = authSettingsFromEnv({ OZ0_SERVICE_TOKEN: own, OZ0_SERVICE_TOKEN_FOR_SANDBOX: forSandbox });
+    assert.equal(callerToken(settings, "sandbox"), forSandbox);
+    assert.equal(callerToken(settings, "llm-proxy"), own);
+    assert.equal(callerToken(settings, "events"), own);
+    assert.throws(
+      () => authSettingsFromEnv({ OZ0_SERVICE_TOKEN: own, OZ0_SERVICE_TOKEN_FOR_SANDBOX: own }),
+      /OZ0_SERVICE_TOKEN_FOR_SANDBOX is the same as OZ0_SERVICE_TOKEN; it must be a credential of its own/,
+    );
+    assert.throws(
+      () => authSettingsFromEnv({ OZ0_SERVICE_TOKEN_FOR_SANDBOX: "short" }),
+      /OZ0_SERVICE_TOKEN_FOR_SANDBOX has 5 characters; use at least 16/,
+    );
+  });
+
+  void it("gives the orchestrator a credential that sandboxes accept and no other service does", async () => {
+    // A sandbox's memory is beside agent code; what a session could read there must not open the proxy's keys or events.
+    const stack = generateStackCredentials();
+    const forSandbox = stackTokenFor(stack, "orchestrator", "sandbox");
+    assert.notEqual(forSandbox, stack.orchestrator);
+    const orchestrator = serviceAuthSettings(stack, "orchestrator");
+    assert.equal(callerToken(orchestrator, "sandbox"), forSandbox);
+    assert.equal(callerToken(orchestrator, "llm-proxy"), stack.orchestrator);
+    const principal = async (service: "sandbox" | "llm-proxy" | "events", token: string) =>
+      new Authenticator(serviceAuthSettings(stack, service)).authenticate(token);
+    assert.deepEqual(await principal("sandbox", forSandbox), { principal: { kind: "service", id: "orchestrator" } });
+    assert.ok("refused" in (await principal("sandbox", stack.orchestrator)), "the sandbox refuses the general one");
+    for (const other of ["llm-proxy", "events"] as const) {
+      assert.ok("refused" in (await principal(other, forSandbox)), `${other} refuses the sandboxes' credential`);
+      assert.deepEqual(await principal(other, stack.orchestrator), {
+        principal: { kind: "service", id: "orchestrator" },
+      });
+    }
   });
 
   void it("refuses an auth config with an unknown field or a bad digest, naming it", () => {

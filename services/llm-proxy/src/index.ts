@@ -1,5 +1,13 @@
 // @oz0/llm-proxy: the edge every model call goes through.
-import { Authenticator, createLogger, registration, serve, type AuthSettings, type Logger } from "@oz0/serving";
+import {
+  Authenticator,
+  callerToken,
+  createLogger,
+  registration,
+  serve,
+  type AuthSettings,
+  type Logger,
+} from "@oz0/serving";
 import { modelTurnsIn, startScriptedModel, type Script, type ScriptedModel } from "@oz0/harness/testing";
 import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
 import { randomBytes } from "node:crypto";
@@ -213,13 +221,14 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     if (ownsStore) await store.close();
     throw error;
   }
+  const eventsToken = callerToken(config.auth, "events");
   const sink =
     config.usageSink ??
     (config.eventsUrl
       ? eventsUsageSink({
           url: config.eventsUrl,
           logger,
-          ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}),
+          ...(eventsToken ? { token: eventsToken } : {}),
         })
       : memoryUsageSink());
   const metering = new Metering({ store, sink, logger });

@@ -14,7 +14,7 @@ import {
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { PLANTED_KEY, startFixture } from "./proxy-fixture.js";
-import { scrubSecret } from "@oz0/serving";
+import { scrubSecret, stackTokenFor } from "@oz0/serving";
 import { testCredentials } from "@oz0/serving/testing";
 
 /** Every run of 8 characters of the key: a fragment this long in any output is a leak. */
@@ -179,13 +179,16 @@ void describe("key custody", () => {
         ),
         (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
       );
-      await assert.rejects(
-        secrets.setSecret(
-          { name: "X_KEY", value: "v" },
-          { headers: { authorization: `Bearer ${testCredentials.services.sandbox}` } },
-        ),
-        (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
-      );
+      // Nor is the sandbox, nor the orchestrator's credential for sandboxes, which a sandbox's memory holds.
+      for (const token of [
+        testCredentials.services.sandbox,
+        stackTokenFor(testCredentials.services, "orchestrator", "sandbox"),
+      ]) {
+        await assert.rejects(
+          secrets.setSecret({ name: "X_KEY", value: "v" }, { headers: { authorization: `Bearer ${token}` } }),
+          (e: unknown) => e instanceof ConnectError && e.code === Code.Unauthenticated,
+        );
+      }
       const ok = await secrets.setSecret(
         { name: "X_KEY", value: "v" },
         { headers: { authorization: `Bearer ${testCredentials.services.orchestrator}` } },

@@ -3,7 +3,15 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
-import { Authenticator, createLogger, serve, type AuthSettings, type Logger, type RunningServer } from "@oz0/serving";
+import {
+  Authenticator,
+  callerToken,
+  createLogger,
+  serve,
+  type AuthSettings,
+  type Logger,
+  type RunningServer,
+} from "@oz0/serving";
 import { AgentVersions } from "./agents/agent-versions.js";
 import { GRAPH_MANAGER_TOOLS, graphManagerTools } from "./graphs/graph-manager-agent.js";
 import { GraphJobs, isGraphJob } from "./graphs/graph-jobs.js";
@@ -151,7 +159,10 @@ function defaultReplicaId(port: number): string {
 export async function startOrchestrator(config: OrchestratorConfig = {}): Promise<RunningOrchestrator> {
   const home = path.resolve(config.home ?? defaultHome());
   const hookIsolation = await chooseHookIsolation({ setting: config.hookIsolation ?? "auto", dataDir: home });
-  const serviceToken = config.auth?.serviceToken;
+  // What the orchestrator sends each audience: sandboxes get a credential of their own where one is configured.
+  const sandboxToken = callerToken(config.auth, "sandbox");
+  const proxyToken = callerToken(config.auth, "llm-proxy");
+  const eventsToken = callerToken(config.auth, "events");
   const logger = config.logger ?? createLogger({ name: "orchestrator" });
   if (!hookIsolation.isolation)
     logger.info(
@@ -200,7 +211,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   const store = cluster.store;
   // Every session gets its span (tracing.ts); a no-op when OpenTelemetry is not started.
   const sandboxes = (
-    config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: serviceToken }))
+    config.sandboxes ?? (config.sandboxUrls ?? []).map((url) => new SandboxClient({ url, token: sandboxToken }))
   ).map((runner) => orchestratorTracing.sessionRunner(runner));
   // Nodes that register themselves (several replicas share their capacity), or the configured list.
   const registered = config.nodeToken ? cluster.nodes : undefined;
@@ -212,11 +223,11 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     );
   }
   const placement: SandboxPlacement = registered
-    ? new RegistryPlacement({ registry: registered, logger, serviceToken })
+    ? new RegistryPlacement({ registry: registered, logger, sandboxToken })
     : new StaticPlacement({ runners: sandboxes, localStack: config.localStack ?? false });
   const proxy =
     config.tokens ??
-    (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: serviceToken }) : undefined);
+    (config.llmProxyUrl ? new LlmProxyClient({ url: config.llmProxyUrl, token: proxyToken }) : undefined);
   if (!proxy) throw new Error("no LLM proxy configured: set OZ0_LLM_PROXY_URL");
   const tokens = new DurableTokens({ issuer: proxy, store, logger });
   const noSecrets = (): never => {
@@ -229,7 +240,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   };
   // Always a sink: the job's span starts and ends with its lifecycle events, published or not.
   const lifecycle: LifecycleSink = orchestratorTracing.lifecycleSink(
-    config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: serviceToken, store, logger }) : undefined,
+    config.eventsUrl ? new LifecycleOutbox({ url: config.eventsUrl, token: eventsToken, store, logger }) : undefined,
   );
   const feed = new JobFeed();
   const subscribeAppended = cluster.subscribeAppended?.bind(cluster);
@@ -304,7 +315,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         secrets,
         ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
         ...(proxy instanceof LlmProxyClient ? { usage: proxy } : {}),
-        ...(config.eventsUrl ? { transcripts: eventsTranscripts({ url: config.eventsUrl, token: serviceToken }) } : {}),
+        ...(config.eventsUrl ? { transcripts: eventsTranscripts({ url: config.eventsUrl, token: eventsToken }) } : {}),
         ...(config.maxTranscriptWatchesPerPerson !== undefined
           ? { maxTranscriptWatchesPerPerson: config.maxTranscriptWatchesPerPerson }
           : {}),

@@ -15,7 +15,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:f
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { createLogger } from "@oz0/serving";
+import { createLogger, stackTokenFor } from "@oz0/serving";
 import type { ScriptedTurn } from "@oz0/harness/testing";
 import { GRAPH_MANAGER_TOOLS, graphManagerTools } from "../src/graphs/graph-manager-agent.js";
 import { GraphJobs } from "../src/graphs/graph-jobs.js";
@@ -112,7 +112,12 @@ async function replica(name: string): Promise<Replica> {
   const graphStore = await openGraphStore({ pool: store.pool, home });
   const feed = new JobFeed();
   const placement = new StaticPlacement({
-    runners: [new SandboxClient({ url: t.stack.urls.sandbox, token: t.stack.credentials.orchestrator })],
+    runners: [
+      new SandboxClient({
+        url: t.stack.urls.sandbox,
+        token: stackTokenFor(t.stack.credentials, "orchestrator", "sandbox"),
+      }),
+    ],
   });
   const runner = new JobRunner({
     store,

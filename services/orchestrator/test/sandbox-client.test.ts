@@ -44,6 +44,7 @@ void test("a session stream to an unreachable node fails when read, and not as a
 void test("a sandbox that refuses this orchestrator's credential gives a typed error naming what to set, not a stream to retry", async () => {
   const { startSandbox } = await import("@oz0/sandbox");
   const { testCredentials } = await import("@oz0/serving/testing");
+  const { stackTokenFor } = await import("@oz0/serving");
   const { mkdtempSync, rmSync } = await import("node:fs");
   const os = await import("node:os");
   const path = await import("node:path");
@@ -55,7 +56,9 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
     auth: testCredentials.settingsFor("sandbox"),
   });
   try {
-    for (const token of [undefined, testCredentials.services["llm-proxy"], testCredentials.owner]) {
+    // The orchestrator's general credential too: sandboxes take its credential for them alone.
+    const general = testCredentials.services.orchestrator;
+    for (const token of [undefined, testCredentials.services["llm-proxy"], testCredentials.owner, general]) {
       const channel = new SandboxClient({ url: sandbox.url, token }).reattach({ sessionId: "ses_any", afterSeq: 0 });
       await assert.rejects(
         (async () => {
@@ -63,11 +66,12 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
         })(),
         (error: unknown) =>
           error instanceof SandboxRefusedError &&
-          /refused this orchestrator .*OZ0_PEER_ORCHESTRATOR_SHA256/.test(error.message),
+          /refused this orchestrator .*OZ0_SERVICE_TOKEN_FOR_SANDBOX.*OZ0_PEER_ORCHESTRATOR_SHA256/.test(error.message),
       );
     }
     // With the orchestrator's credential the same call reaches the sandbox, which does not know the session.
-    const known = new SandboxClient({ url: sandbox.url, token: testCredentials.services.orchestrator }).reattach({
+    const forSandbox = stackTokenFor(testCredentials.services, "orchestrator", "sandbox");
+    const known = new SandboxClient({ url: sandbox.url, token: forSandbox }).reattach({
       sessionId: "ses_any",
       afterSeq: 0,
     });

@@ -17,7 +17,7 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import type { RunningServer } from "@oz0/serving";
+import { stackTokenFor, type RunningServer } from "@oz0/serving";
 import { startServiceProcess, type StackProcess } from "../src/dev/embedded-stack.js";
 import { SandboxNodeRegistry } from "../src/cluster/sandbox-node-registry.js";
 import { sandboxNodeServices, startNodeListener } from "../src/rpc/sandbox-node-service.js";
@@ -106,7 +106,10 @@ void describe("sandbox nodes", () => {
     registry = await SandboxNodeRegistry.open({ connection, staleAfterMs: STALE_AFTER_MS });
     observer = await SandboxNodeRegistry.open({ connection, staleAfterMs: 3_600_000 });
     server = await startNodeListener({ registry, nodeToken: TOKEN, host: "127.0.0.1", port: 0 });
-    placement = new RegistryPlacement({ registry, serviceToken: testCredentials.services.orchestrator });
+    placement = new RegistryPlacement({
+      registry,
+      sandboxToken: stackTokenFor(testCredentials.services, "orchestrator", "sandbox"),
+    });
     client = createClient(SandboxNodeService, createGrpcTransport({ baseUrl: server.url }));
   });
 

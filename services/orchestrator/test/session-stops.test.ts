@@ -12,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { createLogger } from "@oz0/serving";
+import { createLogger, stackTokenFor } from "@oz0/serving";
 import { GraphJobs } from "../src/graphs/graph-jobs.js";
 import { GraphRegistry } from "../src/graphs/graph-registry.js";
 import { JobFeed } from "../src/jobs/job-feed.js";
@@ -231,7 +231,9 @@ void test("a custom graph step its node lets run on: the run's cancel ends the g
   await commitAll(graphRepo, "graph");
   const feed = new JobFeed();
   const placement = new StaticPlacement({
-    runners: [new SandboxClient({ url: stubbornUrl, token: t.stack.credentials.orchestrator })],
+    runners: [
+      new SandboxClient({ url: stubbornUrl, token: stackTokenFor(t.stack.credentials, "orchestrator", "sandbox") }),
+    ],
   });
   const runner = inProcessJobRunner({
     stack: t,

@@ -14,7 +14,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { createLogger } from "@oz0/serving";
+import { createLogger, stackTokenFor } from "@oz0/serving";
 import { HookStage } from "../src/policy/hook-stage.js";
 import { JobFeed } from "../src/jobs/job-feed.js";
 import { JobRunner } from "../src/jobs/job-runner.js";
@@ -52,7 +52,10 @@ void describe("a session on a node that went silent before it was heard from", (
     runner = new JobRunner({
       store,
       feed: new JobFeed(),
-      placement: new RegistryPlacement({ registry, serviceToken: t.stack.credentials.orchestrator }),
+      placement: new RegistryPlacement({
+        registry,
+        sandboxToken: stackTokenFor(t.stack.credentials, "orchestrator", "sandbox"),
+      }),
       tokens: proxy,
       policy: new PermissionPolicy({ hooks: [new HookStage()] }),
       home,

@@ -17,7 +17,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { credentialDigest } from "@oz0/serving";
+import { credentialDigest, stackCredentialNames } from "@oz0/serving";
 import {
   installationPaths,
   installRoot,
@@ -39,6 +39,7 @@ void test("serviceEnv passes the basics and each service's own settings, never c
     OPENAI_API_KEY: "sk-openai-shell",
     OZ0_TOKEN: "a-person's-token",
     OZ0_SERVICE_TOKEN: "someone-else's",
+    OZ0_SERVICE_TOKEN_FOR_EVENTS: "someone-else's-for-events",
     OZ0_PEER_ORCHESTRATOR_SHA256: "0".repeat(64),
     OZ0_NODE_TOKEN: "node-token-from-the-shell",
     OZ0_LLM_PROXY_ADMIN_TOKEN: "old-admin",
@@ -65,6 +66,7 @@ void test("serviceEnv passes the basics and each service's own settings, never c
       "OPENAI_API_KEY",
       "OZ0_TOKEN",
       "OZ0_SERVICE_TOKEN",
+      "OZ0_SERVICE_TOKEN_FOR_EVENTS",
       "OZ0_PEER_ORCHESTRATOR_SHA256",
       "OZ0_NODE_TOKEN",
       "OZ0_LLM_PROXY_ADMIN_TOKEN",
@@ -107,12 +109,14 @@ void test("no service's environment holds a provider key or another service's cr
       const environ = readFileSync(`/proc/${p.pid}/environ`, "utf8");
       for (const value of Object.values(planted))
         assert.equal(environ.includes(value), false, `${p.name} holds a planted value`);
-      // Its own credential, and of the others' only digests.
+      // Its own credentials (the orchestrator's for sandboxes among them), and of the others' only digests.
       assert.ok(environ.includes(`OZ0_SERVICE_TOKEN=${stack.credentials[p.name]}`), `${p.name} has its credential`);
-      for (const other of ["events", "llm-proxy", "sandbox", "orchestrator"] as const) {
-        if (other !== p.name)
-          assert.equal(environ.includes(stack.credentials[other]), false, `${p.name} holds ${other}'s credential`);
+      for (const name of stackCredentialNames()) {
+        const caller = name.split("-for-")[0];
+        assert.equal(environ.includes(stack.credentials[name]!), caller === p.name, `${p.name} and ${name}`);
       }
+      if (p.name === "orchestrator")
+        assert.ok(environ.includes(`OZ0_SERVICE_TOKEN_FOR_SANDBOX=${stack.credentials["orchestrator-for-sandbox"]}`));
       assert.equal(environ.includes(stack.ownerToken), false, `${p.name} holds the owner's credential`);
       if (p.name === "orchestrator" || p.name === "events")
         assert.ok(environ.includes(`OZ0_OWNER_TOKEN_SHA256=${credentialDigest(stack.ownerToken)}`));

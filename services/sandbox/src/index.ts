@@ -3,6 +3,7 @@ import os from "node:os";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import {
   Authenticator,
+  callerToken,
   createLogger,
   ephemeralRangeStart,
   READINESS,
@@ -252,12 +253,13 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
     logger.warn({ uids: range }, warning);
 
+  const eventsToken = callerToken(config.auth, "events");
   const lifecycle =
     config.eventsUrl !== undefined
       ? createLifecycleEvents({
           url: config.eventsUrl,
           logger,
-          ...(config.auth?.serviceToken ? { token: config.auth.serviceToken } : {}),
+          ...(eventsToken ? { token: eventsToken } : {}),
         })
       : undefined;
   // The sessions' spans join their jobs' traces through the sandbox (see telemetry-relay.ts).

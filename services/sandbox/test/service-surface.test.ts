@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { rawAttributes } from "@oz0/events-client";
 import { EventsService, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { Authenticator, registration, serve, type RunningServer } from "@oz0/serving";
+import { Authenticator, registration, serve, stackTokenFor, type RunningServer } from "@oz0/serving";
 import { runToEnd, scenarioStart, startTestSandbox, type TestSandbox } from "./sandbox-test-kit.js";
 
 const BUF = path.join(
@@ -61,8 +61,9 @@ void describe("service surface", () => {
   });
 
   void it("lists its methods over reflection with buf curl, and answers a call", async () => {
-    // Reflection needs a principal, and ListSessions the orchestrator's credential (or the node token).
-    const bearer = ["-H", `authorization: Bearer ${testCredentials.services.orchestrator}`, "--reflect-header", "*"];
+    // Reflection needs a principal, and ListSessions the orchestrator's credential for sandboxes (or the node token).
+    const forSandbox = stackTokenFor(testCredentials.services, "orchestrator", "sandbox");
+    const bearer = ["-H", `authorization: Bearer ${forSandbox}`, "--reflect-header", "*"];
     await assert.rejects(bufCurl(["--list-methods", t.sandbox.url]));
     const methods = (await bufCurl([...bearer, "--list-methods", t.sandbox.url])).split("\n");
     for (const method of ["RunSession", "ListSessions", "CancelSession"])

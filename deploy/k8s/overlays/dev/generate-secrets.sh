@@ -7,9 +7,12 @@
 #   deploy/k8s/overlays/dev/generate-secrets.sh --force    # new ones for everything
 #
 # Writes into generated/ beside this script (gitignored, mode 0600):
-#   <service>-token.env         token=… for orchestrator, sandbox, llm-proxy, events
+#   <name>-token.env            token=… for orchestrator, sandbox, llm-proxy, events
 #                               (each service's OZ0_SERVICE_TOKEN, a Secret each)
-#   service-token-digests.env   <service>=hex SHA-256 of that token: the
+#                               and orchestrator-for-sandbox (the orchestrator's
+#                               OZ0_SERVICE_TOKEN_FOR_SANDBOX, which only
+#                               sandboxes accept)
+#   service-token-digests.env   <name>=hex SHA-256 of that token: the
 #                               OZ0_PEER_<NAME>_SHA256 the receiving services get
 #   kek                         the LLM proxy's key-encryption key (32 random bytes, base64)
 #   admin-token                 a person's credential for the oz0 CLI (OZ0_TOKEN), user dev-admin
@@ -37,7 +40,8 @@ umask 077
 mkdir -p "$out"
 chmod 700 "$out"
 
-services=(orchestrator sandbox llm-proxy events)
+# Each service's own token, and the one the orchestrator sends sandboxes alone.
+credentials=(orchestrator sandbox llm-proxy events orchestrator-for-sandbox)
 
 # 32 random bytes, base64 (one line).
 random_base64() {
@@ -79,21 +83,21 @@ token_of() {
 }
 
 written=()
-for service in "${services[@]}"; do
-  file="$out/$service-token.env"
-  if write_new "$file" "token=$(new_token)"$'\n'; then written+=("$service-token.env"); fi
+for name in "${credentials[@]}"; do
+  file="$out/$name-token.env"
+  if write_new "$file" "token=$(new_token)"$'\n'; then written+=("$name-token.env"); fi
 done
 if write_new "$out/kek" "$(random_base64)"; then written+=(kek); fi
 if write_new "$out/admin-token" "$(new_token)"; then written+=(admin-token); fi
 
 digests=""
-for service in "${services[@]}"; do
-  token="$(token_of "$out/$service-token.env")"
+for name in "${credentials[@]}"; do
+  token="$(token_of "$out/$name-token.env")"
   if [[ ${#token} -lt 16 ]]; then
-    echo "$out/$service-token.env holds no usable token=…; run again with --force" >&2
+    echo "$out/$name-token.env holds no usable token=…; run again with --force" >&2
     exit 1
   fi
-  digests+="$service=$(sha256_hex "$token")"$'\n'
+  digests+="$name=$(sha256_hex "$token")"$'\n'
 done
 printf '%s' "$digests" >"$out/service-token-digests.env"
 

@@ -11,6 +11,8 @@ import { impliedRoles, ownerPrincipal, ROLES, type Principal, type Role, type Se
 export interface AuthSettings {
   /** This service's own credential, sent on the calls it makes (OZ0_SERVICE_TOKEN). */
   serviceToken?: string;
+  /** Credentials sent to one audience instead of serviceToken (OZ0_SERVICE_TOKEN_FOR_<AUDIENCE>); see callerToken. */
+  audienceTokens?: Partial<Record<ServiceName, string>>;
   /** Services accepted as callers: name → hex SHA-256 of its token (OZ0_PEER_<NAME>_SHA256). */
   peers?: Partial<Record<ServiceName, string>>;
   /** Hex SHA-256 of the sandbox nodes' token; only the APIs nodes call accept it. */

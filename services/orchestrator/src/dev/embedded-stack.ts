@@ -728,7 +728,7 @@ export function serviceEnv(name: StackServiceName, shell: NodeJS.ProcessEnv = pr
   const own = new Set(SERVICE_VARIABLES[name]);
   const env: Record<string, string> = {};
   for (const [key, value] of Object.entries(shell)) {
-    if (value === undefined || key.startsWith("OZ0_PEER_")) continue;
+    if (value === undefined || key.startsWith("OZ0_PEER_") || key.startsWith("OZ0_SERVICE_TOKEN_FOR_")) continue;
     const shared = SHARED_VARIABLES.has(key) || SHARED_PREFIXES.some((p) => key.startsWith(p));
     if (own.has(key) || (shared && !WITHHELD.has(key) && !STACK_WIRING.has(key))) env[key] = value;
   }

@@ -174,7 +174,7 @@ export class SandboxClient implements SessionRunner {
   readonly url: string;
   readonly #client: Client<typeof SandboxService>;
 
-  /** `token`: the orchestrator's service credential (OZ0_SERVICE_TOKEN); a sandbox takes sessions from nobody else. */
+  /** `token`: the orchestrator's credential for sandboxes (OZ0_SERVICE_TOKEN_FOR_SANDBOX, else OZ0_SERVICE_TOKEN); a sandbox takes sessions from nobody else. */
   constructor(options: { url: string; token?: string | undefined }) {
     this.url = options.url;
     this.#client = createClient(

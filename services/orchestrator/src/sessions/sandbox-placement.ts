@@ -109,8 +109,8 @@ export interface RegistryPlacementOptions {
   >;
   /** The runner for a node's URL; default a SandboxClient with a session span around each session. */
   connect?: (url: string) => SessionRunner;
-  /** The orchestrator's service credential, for the default SandboxClient (sandboxes take sessions only from orchestrators). */
-  serviceToken?: string;
+  /** The orchestrator's credential for sandboxes, for the default SandboxClient (sandboxes take sessions only from orchestrators). */
+  sandboxToken?: string;
   logger?: Logger;
 }
 
@@ -163,7 +163,7 @@ export class RegistryPlacement implements SandboxPlacement {
     if (!runner) {
       runner = this.#o.connect
         ? this.#o.connect(url)
-        : orchestratorTracing.sessionRunner(new SandboxClient({ url, token: this.#o.serviceToken }));
+        : orchestratorTracing.sessionRunner(new SandboxClient({ url, token: this.#o.sandboxToken }));
       this.#runners.set(url, runner);
     }
     return runner;

@@ -104,7 +104,7 @@ export class SandboxFullError extends Error {
 export class SandboxRefusedError extends Error {
   constructor(url: string, reason: string) {
     super(
-      `the sandbox at ${url} refused this orchestrator (${reason}); give the orchestrator its OZ0_SERVICE_TOKEN and the sandbox that token's SHA-256 as OZ0_PEER_ORCHESTRATOR_SHA256`,
+      `the sandbox at ${url} refused this orchestrator (${reason}); give the sandbox the SHA-256 of the orchestrator's OZ0_SERVICE_TOKEN_FOR_SANDBOX (or, without one, of its OZ0_SERVICE_TOKEN) as OZ0_PEER_ORCHESTRATOR_SHA256`,
     );
     this.name = "SandboxRefusedError";
   }

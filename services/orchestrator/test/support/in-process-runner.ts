@@ -2,7 +2,7 @@
 // and one sandbox node (the stack's, a relay to it, or a hostile one): for
 // tests that reach into the runner (a store that fails, a runner closed as if
 // its process died, clocks made short).
-import { createLogger } from "@oz0/serving";
+import { createLogger, stackTokenFor } from "@oz0/serving";
 import { JobFeed } from "../../src/jobs/job-feed.js";
 import { JobRunner, type JobRunnerOptions } from "../../src/jobs/job-runner.js";
 import { HookStage } from "../../src/policy/hook-stage.js";
@@ -32,7 +32,12 @@ export function inProcessJobRunner(
     placement:
       placement ??
       new StaticPlacement({
-        runners: [new SandboxClient({ url: sandboxUrl, token: stack.stack.credentials.orchestrator })],
+        runners: [
+          new SandboxClient({
+            url: sandboxUrl,
+            token: stackTokenFor(stack.stack.credentials, "orchestrator", "sandbox"),
+          }),
+        ],
       }),
     tokens: new LlmProxyClient({ url: stack.stack.urls["llm-proxy"], token: stack.stack.credentials.orchestrator }),
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
