@@ -161,6 +161,11 @@ class RunAborted extends GraphError {
  * steps, the manager and storage all come in through options, which is how the
  * orchestrator plugs in sandbox sessions and its own database.
  */
+/** Where the manager's grant of a failed step's retry after `attempt` is recorded. */
+function retryPath(stepPath: string, attempt: number): string {
+  return `${stepPath}/retry${attempt}`;
+}
+
 export class GraphRunner {
   /** The validated definition. */
   public readonly definition: GraphDefinition;
@@ -569,7 +574,11 @@ class RunExecution {
       return recorded;
     }
     const retries = this.#options.maxRetries ?? 3;
-    for (let attempt = 1; ; attempt++) {
+    // Each retry the manager granted is recorded (#recordRetry), so a restart goes on counting from them: a run
+    // restarted after every failure would otherwise get maxRetries more each time.
+    let attempt = 1;
+    while (this.#recorded.has(retryPath(g.path, attempt))) attempt++;
+    for (; ; attempt++) {
       if (g.scope.signal.aborted) throw g.scope.signal.reason;
       this.emit({ type: "step_started", nodeId: g.nodeId, path: g.path, iteration: g.scope.iteration, attempt });
       const span = this.#options.tracer?.startSpan(`graph.step ${g.nodeId}`, {
@@ -627,6 +636,7 @@ class RunExecution {
               { cause: failure },
             );
           }
+          await this.#recordRetry(g, attempt, decision);
           continue;
         case "skip":
           return this.#record(g, "skipped", {});
@@ -647,6 +657,20 @@ class RunExecution {
           throw new RunAborted(decision.reason ?? `step ${g.nodeId} at ${g.path} failed: ${error.message}`);
       }
     }
+  }
+
+  /** A granted retry of a failed step, recorded beside the step (`<path>/retry<attempt>`) so a resumed run counts it. */
+  async #recordRetry(g: GuardedStep, attempt: number, decision: ManagerDecision): Promise<void> {
+    const path = retryPath(g.path, attempt);
+    const stored = await this.#store.recordStep(this.runId, {
+      path,
+      nodeId: g.nodeId,
+      iteration: g.scope.iteration,
+      outcome: "control",
+      delta: {},
+      decision,
+    });
+    this.#recorded.set(path, stored);
   }
 
   async #record(g: GuardedStep, outcome: StepOutcome, delta: BagDelta): Promise<StepRecord> {

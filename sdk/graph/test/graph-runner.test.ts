@@ -381,6 +381,44 @@ void test("a restart in the middle of a loop's extensions does not reset their c
   assert.deepEqual(coded.slice(9), [9, 10]);
 });
 
+void test("a restart after a failed step's retries does not reset its attempts", async () => {
+  const store = new InMemoryCheckpointStore();
+  const h = new Harness("step-retries-resume");
+  h.next(agent("flaky"));
+  const def = h.toDefinition();
+  let calls = 0;
+  const executor = new InProcessExecutor({
+    agents: {
+      flaky: () => {
+        calls++;
+        // The second call never returns: the process "dies" in the first retry.
+        if (calls === 2) return new Promise<string>(() => undefined);
+        return Promise.reject(new Error(`broken ${calls}`));
+      },
+    },
+  });
+  const retries = (): ManagerDecision[] => Array.from({ length: 10 }, () => ({ action: "retry" }) as const);
+  const attempts = (m: { events: ControlEvent[] }): number[] =>
+    m.events.map((e) => (e.kind === "step_error" ? e.attempt : 0));
+
+  const first = scriptedManager(retries());
+  await new GraphRunner({ definition: def, executor, store, manager: first, maxRetries: 2 }).start({
+    prompt: "p",
+    runId: "retry-r1",
+  });
+  while (calls < 2) await new Promise((r) => setImmediate(r));
+  assert.deepEqual(attempts(first), [1], "one retry granted before the crash");
+
+  // The resumed run re-runs the granted attempt 2, and has one retry left, not two.
+  const second = scriptedManager(retries());
+  const resumed = new GraphRunner({ definition: def, executor, store, manager: second, maxRetries: 2 });
+  const result = await (await resumed.resume({ runId: "retry-r1" })).result;
+  assert.equal(result.status, "failed");
+  assert.match(result.error?.message ?? "", /failed 3 times: broken 4\. The manager may retry at most 2 times/);
+  assert.deepEqual(attempts(second), [2, 3]);
+  assert.equal(calls, 4, "three attempts that ended, and the one the crash cut short");
+});
+
 void test("a terminal that sets neither again nor break fails the step", async () => {
   const h = new Harness("bad-terminal");
   h.loop(agent("coder"))
