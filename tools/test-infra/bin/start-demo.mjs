@@ -6,18 +6,20 @@
 // `oz0 run` on examples/projects/dates, whose test fails. The agent reads the
 // code, writes the fix and runs the test through Claude Code's real tools in a
 // real session. Then the demo applies the job's patch to a fresh copy of the
-// project and runs its test again, to show it passes.
+// project and runs its test again, to show it passes: in a session of the
+// stack's sandbox too (demo-check/), since the patch is code the agent wrote.
 // OZ0_DEMO_HARNESS=fake runs the example's `fixer` agent on the SDK's fake
 // harness instead, for machines where the Claude Code binary cannot run.
 // Without ANTHROPIC_API_KEY the model is the scripted model, answering from
 // the agent's script in examples/plugins/example, and the output says so.
 // Its process.exit() must not hang in Node's teardown once the demo is done.
 import "./exit-by-exec.mjs";
-import { execFileSync, spawn } from "node:child_process";
-import { cpSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { checkPatchInSandbox } from "../demo-check/check-in-sandbox.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const orchestratorDist = path.join(root, "services/orchestrator/dist");
@@ -28,6 +30,7 @@ if (!existsSync(path.join(orchestratorDist, "index.js"))) {
 const { applyEnvironmentKeys, embeddedStackEnv, isolationNotice, readDiscovery, startEmbeddedStack } = await import(
   path.join(orchestratorDist, "index.js")
 );
+const { stackTokenFor } = await import("@oz0/serving");
 const cli = path.join(orchestratorDist, "cli/main.js");
 const plugin = path.join(root, "examples/plugins/example");
 const harnessPlugin = path.join(root, "plugins/harness-claude");
@@ -78,7 +81,6 @@ console.log(`Agent: ${demo.agent}, on ${demo.runtime}.`);
 
 const stack = await startEmbeddedStack({ home, env: defaults.env });
 let exitCode = 1;
-let check; // the fresh copy the patch is tried on, removed at the end whatever happens
 try {
   const notice = isolationNotice(stack);
   if (notice) console.log(style(33, `note: ${notice}`));
@@ -123,30 +125,29 @@ try {
   exitCode = run.code;
   const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
   if (run.code === 0 && where) {
-    check = mkdtempSync(path.join(os.tmpdir(), "oz0-demo-check-"));
-    cpSync(project, path.join(check, "dates"), { recursive: true });
-    execFileSync("git", ["apply", path.join(where[2].trim(), "changes.patch")], { cwd: check });
     say(
-      `$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied)`,
+      `$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied, in a sandbox session: the patch is the agent's code)`,
     );
-    try {
-      const out = execFileSync(process.execPath, ["--test"], {
-        cwd: path.join(check, "dates"),
-        encoding: "utf8",
-        stdio: ["ignore", "pipe", "pipe"],
-      });
+    const check = await checkPatchInSandbox({
+      sandboxUrl: stack.urls.sandbox,
+      token: stackTokenFor(stack.credentials, "orchestrator", "sandbox"),
+      home,
+      project,
+      patch: path.join(where[2].trim(), "changes.patch"),
+    });
+    if (check.passed) {
       // The summary lines: `# pass 2` (TAP, Node 22) or `ℹ pass 2` (spec, Node 24).
       console.log(
-        out
+        check.output
           .split("\n")
           .filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l))
           .join("\n"),
       );
       say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`,`);
       say(`or in the web console after this demo: \`OZ0_HOME=${home} npx oz0 dev\` prints its link.`);
-    } catch (error) {
-      console.log(String(error.stdout ?? error));
-      say("The test still fails with the job's patch applied.");
+    } else {
+      console.log(check.output);
+      say(`The test still fails with the job's patch applied: ${check.error}`);
       exitCode = 1;
     }
   } else if (run.code !== 0) {
@@ -157,6 +158,5 @@ try {
   exitCode = 1;
 } finally {
   await stack.close();
-  if (check) rmSync(check, { recursive: true, force: true });
 }
 process.exit(exitCode);
