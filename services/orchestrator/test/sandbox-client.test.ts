@@ -1,12 +1,20 @@
 // The sandbox client against a node that is gone: a stream opened to it
 // fails when it is read, never before, so a replica re-attaching to a dead
-// node's sessions (reading the store in between) does not crash.
+// node's sessions (reading the store in between) does not crash. And against
+// a node that answers more than a session's artifacts can hold.
 import assert from "node:assert/strict";
+import { createServer as createHttp2Server } from "node:http2";
 import { createServer } from "node:net";
 import { test } from "node:test";
 import { ConnectError, Code } from "@connectrpc/connect";
-import { SandboxClient } from "../src/sessions/sandbox-client.js";
-import { SandboxRefusedError, SessionNotFoundError } from "../src/sessions/session-runner.js";
+import { compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
+import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { SANDBOX_READ_MAX_BYTES, SandboxClient } from "../src/sessions/sandbox-client.js";
+import {
+  SandboxAnswerTooLargeError,
+  SandboxRefusedError,
+  SessionNotFoundError,
+} from "../src/sessions/session-runner.js";
 
 async function refusedPort(): Promise<number> {
   const server = createServer();
@@ -84,5 +92,50 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
   } finally {
     await sandbox.close();
     rmSync(root, { recursive: true, force: true });
+  }
+});
+
+void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails the stream for good", async () => {
+  // A small gzip that inflates to past the limit: what a rogue node (or a URL a heartbeat registered) sends.
+  const handler = connectNodeAdapter({
+    acceptCompression: [compressionGzip],
+    compressMinBytes: 1024,
+    routes: (router) =>
+      router.service(SandboxService, {
+        async *runSession() {
+          yield { seq: 1n, sessionId: "ses_big", message: { case: "started", value: {} } };
+          yield {
+            seq: 2n,
+            sessionId: "ses_big",
+            message: { case: "artifacts", value: { patch: "+".repeat(SANDBOX_READ_MAX_BYTES + 1024) } },
+          };
+        },
+        listSessions: () => ({}),
+        cancelSession: () => ({}),
+      }),
+  });
+  const server = createHttp2Server(handler);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  try {
+    const channel = new SandboxClient({ url: `http://127.0.0.1:${port}` }).reattach({
+      sessionId: "ses_big",
+      afterSeq: 0,
+    });
+    const kinds: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const message of channel) kinds.push(message.kind);
+      })(),
+      (error: unknown) =>
+        error instanceof SandboxAnswerTooLargeError &&
+        /answered a message larger than the orchestrator reads .*readMaxBytes 33554432.*OZ0_MAX_ARTIFACT_BYTES/.test(
+          error.message,
+        ),
+    );
+    assert.deepEqual(kinds, ["started"], "the message before the big one arrives");
+    channel.close();
+  } finally {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });

@@ -14,6 +14,7 @@ import {
 import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
 import { MessageQueue } from "./message-queue.js";
 import {
+  SandboxAnswerTooLargeError,
   SandboxFullError,
   SandboxRefusedError,
   SessionNotFoundError,
@@ -140,6 +141,9 @@ class SandboxChannel implements SessionChannel {
       if (this.#abort.signal.aborted) return;
       const err = ConnectError.from(error);
       if (err.code === Code.NotFound) throw new SessionNotFoundError(this.#sessionId);
+      // Connect's own limit on what it reads, not the node's refusal of a session it has no room for.
+      if (err.code === Code.ResourceExhausted && err.rawMessage.includes("readMaxBytes"))
+        throw new SandboxAnswerTooLargeError(this.#url, err.rawMessage);
       if (err.code === Code.ResourceExhausted) throw new SandboxFullError(this.#url, err.rawMessage);
       if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied)
         throw new SandboxRefusedError(this.#url, err.rawMessage);
@@ -170,12 +174,20 @@ class SandboxChannel implements SessionChannel {
 /** How long a node has to answer a CancelSession. */
 const CANCEL_TIMEOUT_MS = 10_000;
 
+/**
+ * The largest message a node's answer may hold, decompressed: twice the sandbox's default OZ0_MAX_ARTIFACT_BYTES
+ * (a patch and named files of 8 MiB each, in one artifacts message), with room. Connect's default is 4 GiB: a
+ * node, or whatever a heartbeat registered, answered with 760 KiB of gzip that inflated to 800 MB, and the
+ * orchestrator took it in whole, past its pod's memory limit (attacker review).
+ */
+export const SANDBOX_READ_MAX_BYTES = 32 * 1024 * 1024;
+
 export class SandboxClient implements SessionRunner {
   readonly url: string;
   readonly #client: Client<typeof SandboxService>;
 
   /** `token`: the orchestrator's credential for sandboxes (OZ0_SERVICE_TOKEN_FOR_SANDBOX, else OZ0_SERVICE_TOKEN); a sandbox takes sessions from nobody else. */
-  constructor(options: { url: string; token?: string | undefined }) {
+  constructor(options: { url: string; token?: string | undefined; readMaxBytes?: number }) {
     this.url = options.url;
     this.#client = createClient(
       SandboxService,
@@ -183,6 +195,7 @@ export class SandboxClient implements SessionRunner {
       createGrpcTransport({
         baseUrl: options.url,
         interceptors: [traceContextClientInterceptor, bearerInterceptor(options.token)],
+        readMaxBytes: options.readMaxBytes ?? SANDBOX_READ_MAX_BYTES,
       }),
     );
   }

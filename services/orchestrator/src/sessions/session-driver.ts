@@ -10,6 +10,7 @@ import type { Logger } from "@oz0/serving";
 import { messageBursts } from "./message-bursts.js";
 import type { LostSession, SandboxPlacement } from "./sandbox-placement.js";
 import {
+  SandboxAnswerTooLargeError,
   SandboxFullError,
   SandboxRefusedError,
   SessionNotFoundError,
@@ -28,8 +29,8 @@ export type SessionEnd =
   | { kind: "gave_up" }
   /** Its node does not know it: the start never reached the node, or the node restarted. */
   | { kind: "unknown"; error: SessionNotFoundError }
-  /** Its node refused this orchestrator's credential: trying again does not mend that. */
-  | { kind: "refused"; error: SandboxRefusedError }
+  /** Its node refused this orchestrator's credential, or answered more than it reads: trying again does not mend that. */
+  | { kind: "refused"; error: SandboxRefusedError | SandboxAnswerTooLargeError }
   /** Its node stopped sending heartbeats. */
   | { kind: "lost"; lost: LostSession }
   /** Its stream broke and could not be re-attached (or re-attaching is not wanted). */
@@ -201,7 +202,8 @@ export class SessionDriver {
           continue;
         }
         if (error instanceof SessionNotFoundError) return { kind: "unknown", error };
-        if (error instanceof SandboxRefusedError) return { kind: "refused", error };
+        if (error instanceof SandboxRefusedError || error instanceof SandboxAnswerTooLargeError)
+          return { kind: "refused", error };
         if (o.reattach === false) return { kind: "broken", error: error as Error };
         const now = Date.now();
         const answeredAt = state.channel?.answeredAt;

@@ -110,6 +110,19 @@ export class SandboxRefusedError extends Error {
   }
 }
 
+/**
+ * The node answered a message larger than this orchestrator reads (SANDBOX_READ_MAX_BYTES, decompressed): a node
+ * sending it again on every re-attach would keep the job, so the job fails at once, saying so.
+ */
+export class SandboxAnswerTooLargeError extends Error {
+  constructor(url: string, reason: string) {
+    super(
+      `the sandbox at ${url} answered a message larger than the orchestrator reads (${reason}); a session's artifacts must fit in it: lower the sandbox's OZ0_MAX_ARTIFACT_BYTES`,
+    );
+    this.name = "SandboxAnswerTooLargeError";
+  }
+}
+
 export interface SessionRunner {
   readonly url: string;
   start(options: StartSessionOptions): SessionChannel;
