@@ -119,6 +119,7 @@ for (const dir of overlayDirs()) {
         "oz0-postgres",
         "oz0-llm-proxy-postgres",
         "oz0-node-token",
+        "oz0-node-for-sandbox-token",
         "oz0-orchestrator-token",
         "oz0-orchestrator-for-sandbox-token",
         "oz0-sandbox-token",

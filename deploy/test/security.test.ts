@@ -69,6 +69,7 @@ function podSecurityLevel(pod: Any): { level: string; why: string[] } {
 
 const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
 const NODE_TOKEN_SECRET = /^oz0-node-token(-[a-z0-9]+)?$/;
+const NODE_FOR_SANDBOX_SECRET = /^oz0-node-for-sandbox-token(-[a-z0-9]+)?$/;
 /** Each service's own credential (OZ0_SERVICE_TOKEN): a Secret per service (dev's carry a hash suffix). */
 const serviceTokenSecret = (service: string): RegExp => new RegExp(`^oz0-${service}-token(-[a-z0-9]+)?$`);
 
@@ -110,6 +111,11 @@ const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
       { workload: "orchestrator", how: "env", env: "OZ0_NODE_TOKEN" },
       { workload: "sandbox", container: "node-heartbeat", how: "env", env: "OZ0_NODE_TOKEN" },
     ],
+  },
+  // What the sidecar lists the sandbox's sessions with: the sandbox container knows only its digest.
+  {
+    secret: NODE_FOR_SANDBOX_SECRET,
+    readers: [{ workload: "sandbox", container: "node-heartbeat", how: "env", env: "OZ0_NODE_TOKEN_FOR_SANDBOX" }],
   },
 ];
 
@@ -180,10 +186,15 @@ for (const dir of overlayDirs()) {
         readers.join(", "),
       );
       const sandbox = workload(objects, "sandbox");
-      // Sandbox pods run untrusted code: the node token and the sandbox's own credential are the only Secrets they can read.
+      // Sandbox pods run untrusted code: the node tokens and the sandbox's own credential are the only Secrets they can read.
       const sandboxSecrets = secretRefs(sandbox.pod).map((r) => r.secret);
       assert.ok(
-        sandboxSecrets.every((name) => NODE_TOKEN_SECRET.test(name) || serviceTokenSecret("sandbox").test(name)),
+        sandboxSecrets.every(
+          (name) =>
+            NODE_TOKEN_SECRET.test(name) ||
+            NODE_FOR_SANDBOX_SECRET.test(name) ||
+            serviceTokenSecret("sandbox").test(name),
+        ),
         sandboxSecrets.join(", "),
       );
       for (const w of workloads(objects)) {
@@ -231,6 +242,14 @@ for (const dir of overlayDirs()) {
           ["node-heartbeat"],
           "only the heartbeat sidecar holds the node token",
         );
+        // And it lists the sandbox's sessions with a credential of its own, which the sandbox knows by its digest.
+        const sidecarEnv = container(sandbox.pod, "node-heartbeat").env ?? [];
+        assert.ok(
+          sidecarEnv.some((e: Any) => e.name === "OZ0_NODE_TOKEN_FOR_SANDBOX"),
+          "the node-heartbeat container has OZ0_NODE_TOKEN_FOR_SANDBOX: without it the sandbox is sent the node token",
+        );
+        const digest = (runner.env ?? []).find((e: Any) => e.name === "OZ0_NODE_TOKEN_SHA256");
+        assert.equal(digest?.valueFrom?.configMapKeyRef?.key, "node-for-sandbox", "the sandbox knows the sidecar's");
         const sidecar = container(sandbox.pod, "node-heartbeat");
         // Defence in depth: another uid and gid than the container that runs harnesses.
         const idOf = (c: Any, field: "runAsUser" | "runAsGroup"): unknown =>

@@ -5,7 +5,9 @@
 // namespace) the token is out of the harnesses' reach. Each beat asks the
 // sandbox over loopback what it would have sent itself: its capacity
 // (ListSessions), its running sessions, and whether it takes work
-// (readiness). A sandbox that does not answer gets no heartbeat, so the
+// (readiness), with a credential of its own for that (OZ0_NODE_TOKEN_FOR_SANDBOX),
+// so the node token never reaches the sandbox's memory either. A sandbox that
+// does not answer gets no heartbeat, so the
 // orchestrators stop placing on it; one that drains is advertised with
 // capacity 0, and so is the node while the sidecar itself drains (until the
 // sandbox beside it is gone). With a health port it answers the kubelet's
@@ -34,10 +36,14 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
 }
 
 export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
-  // The sandbox lets the node token list its sessions, and nothing else.
+  // The sandbox lets this credential list its sessions, and nothing else.
+  if (!config.sandboxToken)
+    config.logger.warn(
+      "OZ0_NODE_TOKEN_FOR_SANDBOX is unset, so the sandbox beside this sidecar is sent the node token, and holds it in its memory: a harness that can read that memory (no Landlock, ptrace_scope 0) could register nodes and be sent other jobs' sessions. Give the sidecar a credential of its own for the sandbox, and the sandbox its digest as OZ0_NODE_TOKEN_SHA256",
+    );
   const transport = createGrpcTransport({
     baseUrl: config.sandboxUrl,
-    interceptors: [bearerInterceptor(config.nodeToken)],
+    interceptors: [bearerInterceptor(config.sandboxToken ?? config.nodeToken)],
   });
   const sandbox = createClient(SandboxService, transport);
   const health = createClient(Health, transport);

@@ -363,6 +363,12 @@ export interface HeartbeatSidecarConfig {
   orchestratorUrls: string[];
   /** OZ0_NODE_TOKEN; required. */
   nodeToken: string;
+  /**
+   * What it sends the sandbox beside it for ListSessions instead of the node token (OZ0_NODE_TOKEN_FOR_SANDBOX; the
+   * sandbox's OZ0_NODE_TOKEN_SHA256 is its digest). The sandbox's memory is beside agent code: the node token there
+   * would let a harness that reads it register nodes of its choosing and be sent other jobs' sessions.
+   */
+  sandboxToken?: string;
   /** OZ0_NODE_ID. Default `<hostname>:<the sandbox's port>`, as the sandbox itself would send. */
   nodeId?: string;
   /** OZ0_ADVERTISE_URL. Default `http://<hostname>:<the sandbox's port>`. */
@@ -399,6 +405,15 @@ export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): Heartbeat
       "OZ0_ORCHESTRATOR_URL is required: the orchestrator (or its Service) to send this node's heartbeats to",
     );
   const nodeToken = checkNodeToken(envString(env, "OZ0_NODE_TOKEN"));
+  const sandboxToken = envString(env, "OZ0_NODE_TOKEN_FOR_SANDBOX");
+  if (sandboxToken !== undefined && sandboxToken.length < MIN_NODE_TOKEN_LENGTH)
+    throw new Error(
+      `OZ0_NODE_TOKEN_FOR_SANDBOX has ${sandboxToken.length} characters; use at least ${MIN_NODE_TOKEN_LENGTH} (for example \`openssl rand -base64 32\`)`,
+    );
+  if (sandboxToken === nodeToken)
+    throw new Error(
+      "OZ0_NODE_TOKEN_FOR_SANDBOX is the same as OZ0_NODE_TOKEN; it must be a credential of its own, which only the sandbox accepts (its OZ0_NODE_TOKEN_SHA256)",
+    );
   const nodeId = envString(env, "OZ0_NODE_ID");
   const advertiseUrl = envUrl(env, "OZ0_ADVERTISE_URL");
   const healthPort = envPort(env, "OZ0_HEALTH_PORT");
@@ -406,6 +421,7 @@ export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): Heartbeat
     sandboxUrl: envUrl(env, "OZ0_SANDBOX_URL") ?? `http://127.0.0.1:${DEFAULT_PORT}`,
     orchestratorUrls,
     nodeToken,
+    ...(sandboxToken ? { sandboxToken } : {}),
     ...(nodeId ? { nodeId } : {}),
     ...(advertiseUrl ? { advertiseUrl } : {}),
     heartbeatMs: ms(env, "OZ0_HEARTBEAT_MS", 1) ?? DEFAULT_HEARTBEAT_MS,

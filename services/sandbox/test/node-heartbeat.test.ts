@@ -311,13 +311,15 @@ void describe("node heartbeats", () => {
 const HEARTBEAT_MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "dist", "heartbeat-main.js");
 
 void describe("heartbeat sidecar", () => {
-  void it("registers the sandbox beside it with the sandbox's capacity and sessions, the token only in its own process, and on SIGTERM drains until the sandbox is gone", async () => {
+  void it("registers the sandbox beside it with the sandbox's capacity and sessions, the node token only in its own process, and on SIGTERM drains until the sandbox is gone", async () => {
     const orchestrator = await startFakeOrchestrator();
     cleanup.push(() => orchestrator.server.close());
-    // The sandbox knows nothing of orchestrators, and the node token only by its digest (ListSessions for the sidecar).
+    // The sandbox knows nothing of orchestrators, and of the sidecar only the digest of the credential it lists
+    // sessions with: sent the node token, it would refuse it, and no heartbeat would go.
+    const forSandbox = `${TOKEN}-for-the-sandbox`;
     const t = await startTestSandbox({
       maxSessions: 3,
-      auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(TOKEN) }),
+      auth: testCredentials.settingsFor("sandbox", { nodeTokenSha256: credentialDigest(forSandbox) }),
     });
     cleanup.push(() => t.close());
     assert.equal(t.sandbox.node, undefined);
@@ -327,6 +329,7 @@ void describe("heartbeat sidecar", () => {
         OZ0_SANDBOX_URL: t.sandbox.url,
         OZ0_ORCHESTRATOR_URL: orchestrator.server.url,
         OZ0_NODE_TOKEN: TOKEN,
+        OZ0_NODE_TOKEN_FOR_SANDBOX: forSandbox,
         OZ0_NODE_ID: "pod-7",
         OZ0_ADVERTISE_URL: "http://10.0.0.7:7701",
         OZ0_HEARTBEAT_MS: "100",
@@ -373,6 +376,7 @@ void describe("heartbeat sidecar", () => {
     const last = orchestrator.received.at(-1)!;
     assert.deepEqual([last.request.nodeId, last.request.capacity], ["pod-7", 0], "the last heartbeat drains the node");
     assert.doesNotMatch(log, new RegExp(TOKEN), "the token is never logged");
+    assert.doesNotMatch(log, /OZ0_NODE_TOKEN_FOR_SANDBOX is unset/);
   });
 
   void it("advertises a draining sandbox with capacity 0, and sends nothing while it does not answer", async () => {
@@ -399,6 +403,8 @@ void describe("heartbeat sidecar", () => {
     });
     cleanup.push(() => sidecar.stop());
     await orchestrator.next((r) => r.request.nodeId === "pod-8" && r.request.capacity === 2);
+    // Without a credential of its own for the sandbox, it says what that leaves in the sandbox's memory.
+    assert.equal(lines.filter((l) => l.msg.startsWith("OZ0_NODE_TOKEN_FOR_SANDBOX is unset")).length, 1);
 
     // A session that ignores SIGTERM keeps the sandbox draining for its cancel grace: meanwhile the node is advertised full.
     const stream = new SessionStream(t.client, {
@@ -455,6 +461,19 @@ void describe("heartbeat sidecar", () => {
           OZ0_SANDBOX_URL: "127.0.0.1:7701",
         }),
       /OZ0_SANDBOX_URL must be an http:\/\/ or https:\/\/ URL, such as http:\/\/127\.0\.0\.1:7701; got "127\.0\.0\.1:7701"$/,
+    );
+    const base = { OZ0_ORCHESTRATOR_URL: "http://o:7700", OZ0_NODE_TOKEN: TOKEN };
+    assert.equal(
+      heartbeatSidecarConfigFromEnv({ ...base, OZ0_NODE_TOKEN_FOR_SANDBOX: `${TOKEN}-sandbox` }).sandboxToken,
+      `${TOKEN}-sandbox`,
+    );
+    assert.throws(
+      () => heartbeatSidecarConfigFromEnv({ ...base, OZ0_NODE_TOKEN_FOR_SANDBOX: TOKEN }),
+      /OZ0_NODE_TOKEN_FOR_SANDBOX is the same as OZ0_NODE_TOKEN; it must be a credential of its own/,
+    );
+    assert.throws(
+      () => heartbeatSidecarConfigFromEnv({ ...base, OZ0_NODE_TOKEN_FOR_SANDBOX: "short" }),
+      /OZ0_NODE_TOKEN_FOR_SANDBOX has 5 characters; use at least 16/,
     );
   });
 });
