@@ -30,6 +30,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
   const nodeToken = envString(env, "OZ0_NODE_TOKEN");
   const nodePort = envPort(env, "OZ0_NODE_PORT");
   const nodeStaleAfterMs = envInteger(env, "OZ0_NODE_STALE_AFTER_MS", { min: 100, unit: "milliseconds" });
+  const maxNodeCapacity = envInteger(env, "OZ0_MAX_NODE_CAPACITY", { min: 1, unit: "sessions" });
   const tokenSweepMs = envInteger(env, "OZ0_TOKEN_SWEEP_MS", { min: 100, unit: "milliseconds" });
   const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", {
     min: 0,
@@ -65,6 +66,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(nodePort !== undefined ? { nodePort } : {}),
     auth: authSettingsFromEnv(env),
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
+    ...(maxNodeCapacity !== undefined ? { maxNodeCapacity } : {}),
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
     ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),

@@ -93,6 +93,8 @@ export interface OrchestratorConfig {
   auth?: AuthSettings;
   /** A node silent this long gets no sessions and its sessions are lost (OZ0_NODE_STALE_AFTER_MS). Default 15 s. */
   nodeStaleAfterMs?: number;
+  /** The most sessions a registering node may offer (OZ0_MAX_NODE_CAPACITY); a heartbeat offering more is refused. Default 256. */
+  maxNodeCapacity?: number;
   /**
    * How often session tokens left valid at the LLM proxy (a revoke that failed, or never ran) are revoked
    * (OZ0_TOKEN_SWEEP_MS); also once at start-up. Default 60 s.
@@ -329,6 +331,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       nodeListener = await startNodeListener({
         registry: registered,
         nodeToken: config.nodeToken!,
+        ...(config.maxNodeCapacity !== undefined ? { maxNodeCapacity: config.maxNodeCapacity } : {}),
         logger,
         host: config.host ?? "127.0.0.1",
         port: config.nodePort ?? 7710,

@@ -20,7 +20,7 @@ import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_
 import { stackTokenFor, type RunningServer } from "@oz0/serving";
 import { startServiceProcess, type StackProcess } from "../src/dev/embedded-stack.js";
 import { SandboxNodeRegistry } from "../src/cluster/sandbox-node-registry.js";
-import { sandboxNodeServices, startNodeListener } from "../src/rpc/sandbox-node-service.js";
+import { DEFAULT_MAX_NODE_CAPACITY, sandboxNodeServices, startNodeListener } from "../src/rpc/sandbox-node-service.js";
 import { testCredentials } from "@oz0/serving/testing";
 import { RegistryPlacement } from "../src/sessions/sandbox-placement.js";
 import type { SessionChannel, SessionRunner } from "../src/sessions/session-runner.js";
@@ -208,6 +208,21 @@ void describe("sandbox nodes", () => {
       client.heartbeat({ ...heartbeat, nodeId: "" }, { headers: { authorization } }),
       (e: unknown) => ConnectError.from(e).code === Code.InvalidArgument,
     );
+    // A node that claims room for nearly every session would be given nearly every job: refused, saying what to set.
+    // So are an address with a path (the orchestrator's own credential would follow it anywhere) and a document.
+    for (const [bad, message] of [
+      [
+        { capacity: DEFAULT_MAX_NODE_CAPACITY + 1 },
+        /capacity 257 is more than the 256 sessions .*OZ0_MAX_SESSIONS.*OZ0_MAX_NODE_CAPACITY/,
+      ],
+      [{ url: "http://10.6.6.6:7701/admin/" }, /must be a plain http:\/\/ or https:\/\/ URL with no path/],
+      [{ url: `http://10.6.6.6:7701/?${"x".repeat(600)}` }, /url has 622 characters, more than 512/],
+    ] as const) {
+      await assert.rejects(client.heartbeat({ ...heartbeat, ...bad }, { headers: { authorization } }), (e: unknown) => {
+        const err = ConnectError.from(e);
+        return err.code === Code.InvalidArgument && message.test(err.rawMessage);
+      });
+    }
     assert.equal(
       (await observer.listLive()).find((n) => n.id === "intruder"),
       undefined,

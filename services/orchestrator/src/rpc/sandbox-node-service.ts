@@ -22,12 +22,22 @@ export interface SandboxNodeServiceOptions {
   registry: Pick<SandboxNodeRegistry, "register" | "staleAfterMs">;
   /** OZ0_NODE_TOKEN, shared with the sandboxes; they send it as `authorization: Bearer <token>`. */
   nodeToken: string;
+  /** The most sessions a node may offer (OZ0_MAX_NODE_CAPACITY). Default DEFAULT_MAX_NODE_CAPACITY. */
+  maxNodeCapacity?: number;
   logger?: Logger;
 }
 
 /** A shorter shared token is too easy to guess for what it guards (receiving sessions). */
 export const MIN_NODE_TOKEN_LENGTH = 16;
-const MAX_CAPACITY = 100_000;
+/**
+ * Placement takes the node with the smallest share of its capacity in use: a heartbeat claiming 100,000 sessions
+ * took nearly every job of the cluster (attacker review). A node offering more than this is refused, saying so.
+ */
+export const DEFAULT_MAX_NODE_CAPACITY = 256;
+/** Every URL is kept in each replica's memory and read at each placement: a node's address, not a document. */
+const MAX_URL_LENGTH = 512;
+/** Log lines say only what changed for a node; past this many ids the oldest is forgotten (and said again). */
+const MAX_KNOWN_NODES = 10_000;
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$/;
 
 /**
@@ -41,16 +51,19 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
       `OZ0_NODE_TOKEN must be set to at least ${MIN_NODE_TOKEN_LENGTH} characters (the same value on the orchestrators and the sandboxes; for example \`openssl rand -base64 32\`)`,
     );
   }
+  const maxCapacity = options.maxNodeCapacity ?? DEFAULT_MAX_NODE_CAPACITY;
   const known = new Map<string, string>();
   return [
     registration(SandboxNodeService, {
       async heartbeat(request) {
-        const node = validNode(request);
+        const node = validNode(request, maxCapacity);
         const registered = await options.registry.register(node);
         const shape = `${node.url} ${node.capacity}`;
         if (known.get(node.id) !== shape) {
           // Only what changed: a node sends one heartbeat every few seconds.
+          known.delete(node.id);
           known.set(node.id, shape);
+          if (known.size > MAX_KNOWN_NODES) known.delete(known.keys().next().value!);
           options.logger?.info(
             {
               node: node.id,
@@ -92,13 +105,18 @@ export async function startNodeListener(
   });
 }
 
-function validNode(request: HeartbeatRequest): { id: string; url: string; capacity: number } {
+function validNode(request: HeartbeatRequest, maxCapacity: number): { id: string; url: string; capacity: number } {
   if (!NODE_ID.test(request.nodeId)) {
     throw new ConnectError(
       "node_id must be 1 to 200 letters, digits or . _ : @ - (OZ0_NODE_ID; default hostname:port)",
       Code.InvalidArgument,
     );
   }
+  if (request.url.length > MAX_URL_LENGTH)
+    throw new ConnectError(
+      `url has ${request.url.length} characters, more than ${MAX_URL_LENGTH}: OZ0_ADVERTISE_URL is where orchestrators reach the sandbox, such as http://10.0.0.7:7701`,
+      Code.InvalidArgument,
+    );
   let url: URL;
   try {
     url = new URL(request.url);
@@ -113,16 +131,17 @@ function validNode(request: HeartbeatRequest): { id: string; url: string; capaci
     url.username ||
     url.password ||
     url.search ||
-    url.hash
+    url.hash ||
+    url.pathname !== "/"
   ) {
     throw new ConnectError(
-      `url ${request.url} must be a plain http:// or https:// URL (OZ0_ADVERTISE_URL)`,
+      `url ${request.url} must be a plain http:// or https:// URL with no path, such as http://10.0.0.7:7701 (OZ0_ADVERTISE_URL)`,
       Code.InvalidArgument,
     );
   }
-  if (request.capacity > MAX_CAPACITY) {
+  if (request.capacity > maxCapacity) {
     throw new ConnectError(
-      `capacity ${request.capacity} is more than ${MAX_CAPACITY} sessions (OZ0_MAX_SESSIONS)`,
+      `capacity ${request.capacity} is more than the ${maxCapacity} sessions an orchestrator takes from one node: lower the sandbox's OZ0_MAX_SESSIONS, or raise the orchestrators' OZ0_MAX_NODE_CAPACITY`,
       Code.InvalidArgument,
     );
   }
