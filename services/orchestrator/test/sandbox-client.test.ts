@@ -6,9 +6,10 @@ import assert from "node:assert/strict";
 import { createServer as createHttp2Server } from "node:http2";
 import { createServer } from "node:net";
 import { test } from "node:test";
+import { create } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
-import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { RunSessionResponseSchema, SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { SANDBOX_READ_MAX_BYTES, SandboxClient } from "../src/sessions/sandbox-client.js";
 import {
   SandboxAnswerTooLargeError,
@@ -103,12 +104,16 @@ void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails
     routes: (router) =>
       router.service(SandboxService, {
         async *runSession() {
-          yield { seq: 1n, sessionId: "ses_big", message: { case: "started", value: {} } };
-          yield {
+          yield create(RunSessionResponseSchema, {
+            seq: 1n,
+            sessionId: "ses_big",
+            message: { case: "started", value: {} },
+          });
+          yield create(RunSessionResponseSchema, {
             seq: 2n,
             sessionId: "ses_big",
             message: { case: "artifacts", value: { patch: "+".repeat(SANDBOX_READ_MAX_BYTES + 1024) } },
-          };
+          });
         },
         listSessions: () => ({}),
         cancelSession: () => ({}),

@@ -9,7 +9,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { stackTokenFor } from "@oz0/serving";
-import { startEmbeddedStack } from "../../../services/orchestrator/src/dev/embedded-stack.js";
+import { startEmbeddedStack } from "@oz0/orchestrator";
 import { checkPatchInSandbox } from "../demo-check/check-in-sandbox.mjs";
 
 const planted = `sk-planted-${process.pid}-${Date.now()}`;
