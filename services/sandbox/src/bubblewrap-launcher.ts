@@ -373,14 +373,10 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
           // Passable (o+x), as a folder is searched.
           assertReachableBy(options.pluginDir, { what: "the plugin folder", uid: user.uid, execute: true, from });
       }
-      const args = [
-        ...namespaceArgs(user !== undefined),
-        "--hostname",
-        "oz0-sandbox",
-        "--clearenv",
-        ...Object.entries(spec.env).flatMap(([name, value]) => ["--setenv", name, value]),
-        ...mounts.args,
-      ];
+      // The session's environment is bwrap's own, which it hands on as it is: not --setenv arguments, which sit in
+      // bwrap's command line (/proc/<pid>/cmdline), readable by every user of the node, the session token among
+      // them (attacker review). Its /proc/<pid>/environ is its owner's alone.
+      const args = [...namespaceArgs(user !== undefined), "--hostname", "oz0-sandbox", ...mounts.args];
       // stdin, stdout, stderr and the --info-fd; the filter's program comes next (spawnReading, the keeper), which
       // bwrap reads and closes before anything of the session runs.
       const stdio: "pipe"[] = ["pipe", "pipe", "pipe", "pipe"];
@@ -390,7 +386,7 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
       const child = (options.spawn ?? spawnReading)(
         options.bwrapPath,
         args,
-        { cwd: spec.cwd, env: {}, detached: true, stdio },
+        { cwd: spec.cwd, env: spec.env, detached: true, stdio },
         options.syscallFilter,
       );
       const bwrapPid = child.pid;

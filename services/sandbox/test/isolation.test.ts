@@ -251,6 +251,39 @@ for (const mode of ["none", "user", "bwrap"] as const) {
       }
     });
 
+    void it("keeps the session's token out of every process's command line, which any user of the node reads", async () => {
+      // bwrap was handed the environment as --setenv arguments: /proc/<pid>/cmdline is world-readable, so a
+      // user-mode session of another sandbox on the node took a bubblewrap session's token from it (attacker review).
+      const token = `session-token-argv-${process.pid}-${Date.now()}`;
+      const stream = new SessionStream(t.client, {
+        message: {
+          case: "start",
+          value: scenarioStart(
+            { mode: "wait" },
+            {},
+            { llm: { anthropicBaseUrl: "http://127.0.0.1:9/anthropic", token, headers: { "Oz0-Job": "job-argv" } } },
+          ),
+        },
+      });
+      await stream.waitFor(isText("ready"), "ready");
+      const holders: string[] = [];
+      for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+        let cmdline = "";
+        try {
+          cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+        } catch {
+          continue; // gone meanwhile
+        }
+        if (cmdline.includes(token) || cmdline.includes("job-argv")) holders.push(`${pid}: ${cmdline.split("\0")[0]}`);
+      }
+      stream.send({ message: { case: "cancel", value: {} } });
+      await stream.finished;
+      // Its directories go after its end: the next test counts them.
+      for (let waited = 0; readdirSync(path.join(t.root, "sessions")).length > 0 && waited < 10_000; waited += 50)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual(holders, []);
+    });
+
     void it("reports a harness command that does not exist as spawn_failed", async () => {
       const stream = await runToEnd(t.client, scenarioStart({}, { command: ["no-such-harness-command"] }));
       assert.equal(stream.exited().errorCode, "spawn_failed", stream.exited().errorMessage);
