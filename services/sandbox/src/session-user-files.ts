@@ -50,8 +50,19 @@ export async function removeAsUser(dirs: readonly string[], user: SessionUser): 
   for (const dir of dirs) await rmdir(dir);
 }
 
-/** The node's places every user may write to, which a session of the `user` mode shares with the node. */
-export const SHARED_WRITABLE_PLACES: readonly string[] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"];
+/**
+ * The node's places every user may write to, which a session of the `user` mode shares with the node: those of a
+ * Debian or Ubuntu system (/run/lock, which /var/lock names, is 1777 there; Ubuntu's /var/crash too). One missing on
+ * a node is passed over. Left out, a session's files there outlived it, for a later job to read (attacker review).
+ */
+export const SHARED_WRITABLE_PLACES: readonly string[] = [
+  "/tmp",
+  "/var/tmp",
+  "/dev/shm",
+  "/dev/mqueue",
+  "/run/lock",
+  "/var/crash",
+];
 
 /** The node's System V IPC tables (/proc/sysvipc/<name>) and their columns of the owner's and the creator's uid (for the perl below). */
 const SYSTEM_V_TABLES = [

@@ -1,4 +1,4 @@
-// In the `user` mode a session shares the node's /tmp, /var/tmp, /dev/shm and System V IPC: what it leaves there
+// In the `user` mode a session shares the node's /tmp, /var/tmp, /dev/shm, /run/lock and System V IPC: what it leaves there
 // would outlast it (in memory, where /dev/shm is) and be readable by the next session of its uid. The sandbox
 // removes it when the uid is given back, and again when a uid is taken (session-user-files.ts).
 import assert from "node:assert/strict";
