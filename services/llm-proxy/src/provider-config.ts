@@ -75,7 +75,12 @@ export function defaultProviders(): ProviderConfig[] {
         "gpt-4o": { input: 2.5, output: 10, cacheRead: 1.25 },
         "gpt-4o-mini": { input: 0.15, output: 0.6, cacheRead: 0.075 },
         "gpt-4.1": { input: 2, output: 8, cacheRead: 0.5 },
+        "gpt-4.1-mini": { input: 0.4, output: 1.6, cacheRead: 0.1 },
+        "gpt-4.1-nano": { input: 0.1, output: 0.4, cacheRead: 0.025 },
         "gpt-5": { input: 1.25, output: 10, cacheRead: 0.125 },
+        "gpt-5-mini": { input: 0.25, output: 2, cacheRead: 0.025 },
+        "gpt-5-nano": { input: 0.05, output: 0.4, cacheRead: 0.005 },
+        "gpt-5-pro": { input: 15, output: 120 },
       },
     },
     { name: "scripted", kind: "scripted", prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } } },
@@ -138,16 +143,30 @@ function dollars(value: unknown): boolean {
 }
 
 /**
- * The price of a model, or undefined when the table has none. Only the table's own entries: the model is the
- * caller's word, and `constructor` or `__proto__` looked up as a plain property would find Object.prototype's,
- * a "price" whose every cost is NaN (a budget no comparison could exhaust, a record no store would take).
+ * What may follow a model's key in its name and keep its price: a version or a date (`-5`, `-20250929`,
+ * `-2025-08-07`), or `-latest`. Not a word: `gpt-5-pro` costs twelve times `gpt-5`, and the model is the session's
+ * choice, so a plain prefix let a session spend twelve times its budget (attacker review).
+ */
+const VERSION_SUFFIX = /^(?:-\d+)+(?:-latest)?$|^-latest$/;
+
+/** Whether a table's key prices `model`: the key exactly, the key and a version (VERSION_SUFFIX), or `family-*`'s prefix. */
+function keyPrices(key: string, model: string): boolean {
+  if (key.endsWith("*")) return model.startsWith(key.slice(0, -1));
+  return model.startsWith(key) && VERSION_SUFFIX.test(model.slice(key.length));
+}
+
+/**
+ * The price of a model, or undefined when the table has none: its exact entry, else the longest key that prices it
+ * (keyPrices), else `*`. Only the table's own entries: the model is the caller's word, and `constructor` or
+ * `__proto__` looked up as a plain property would find Object.prototype's, a "price" whose every cost is NaN (a
+ * budget no comparison could exhaust, a record no store would take).
  */
 export function priceOf(provider: ProviderConfig, model: string): ModelPrice | undefined {
   const prices = provider.prices ?? {};
   if (Object.hasOwn(prices, model)) return prices[model];
   let best: string | undefined;
   for (const key of Object.keys(prices)) {
-    if (key !== "*" && model.startsWith(key) && (best === undefined || key.length > best.length)) best = key;
+    if (key !== "*" && keyPrices(key, model) && (best === undefined || key.length > best.length)) best = key;
   }
   if (best !== undefined) return prices[best];
   return Object.hasOwn(prices, "*") ? prices["*"] : undefined;

@@ -57,6 +57,20 @@ export function providerSideTools(
   return uses;
 }
 
+/** OpenAI's tiers a call may ask for at the prices the table has: any other (`priority`, `scale`) costs more. */
+const TABLE_PRICED_TIERS = new Set(["auto", "default", "flex"]);
+
+/**
+ * OpenAI's `service_tier` when it asks for a tier dearer than the table prices (`priority` bills about twice the
+ * standard price): the feature `priority_tier`. Metered at the table's price, a budget would not bound it.
+ */
+export function providerSideServiceTier(body: RequestBody): ProviderSideUse[] {
+  const dearer = body
+    .values("service_tier")
+    .some((tier) => tier !== undefined && tier !== null && !(typeof tier === "string" && TABLE_PRICED_TIERS.has(tier)));
+  return dearer ? [{ feature: "priority_tier", where: "service_tier" }] : [];
+}
+
 /** A use for each of `fields` the request sets to anything but null or false. */
 export function providerSideFields(body: RequestBody, fields: Readonly<Record<string, string>>): ProviderSideUse[] {
   return Object.entries(fields)

@@ -104,6 +104,18 @@ const REFUSED: Case[] = [
     names: /background: background/,
   },
   {
+    name: "chat at OpenAI's priority tier, billed above the table's price",
+    route: "chat",
+    body: chat({ service_tier: "priority" }),
+    names: /service_tier: priority_tier/,
+  },
+  {
+    name: "a Responses call at the scale tier",
+    route: "responses",
+    body: responses({ service_tier: "scale" }),
+    names: /service_tier: priority_tier/,
+  },
+  {
     name: "input the provider holds (previous_response_id)",
     route: "responses",
     body: responses({ previous_response_id: "resp_123" }),
@@ -275,6 +287,10 @@ void describe("provider-side features", () => {
         }),
       },
       { route: "responses", body: responses({ tools: [{ type: "function", name: "f" }], background: false }) },
+      // The tiers the table prices.
+      { route: "chat", body: chat({ service_tier: "default" }) },
+      { route: "responses", body: responses({ service_tier: "flex" }) },
+      { route: "chat", body: chat({ service_tier: "auto" }) },
     ];
     for (const c of cases) {
       const r = await send(endpoint, c);

@@ -6,7 +6,7 @@ import { Authenticator, registration, serve } from "@oz0/serving";
 import Anthropic from "@anthropic-ai/sdk";
 import pino from "pino";
 import { BudgetLedger } from "../src/budget-ledger.js";
-import { priceOf, validateProviders } from "../src/provider-config.js";
+import { defaultProviders, priceOf, validateProviders } from "../src/provider-config.js";
 import { DEFAULT_RETRY_POLICY, retryDelayMs } from "../src/retry-policy.js";
 import { eventsUsageSink, USAGE_EVENT_TYPE } from "../src/usage-sink.js";
 import { AnthropicStreamMeter } from "../src/wire-formats/anthropic-messages.js";
@@ -124,18 +124,35 @@ void describe("budget ledger", () => {
 });
 
 void describe("prices", () => {
-  void it("matches the exact model, else the longest prefix, else *", () => {
+  void it("matches the exact model, else the longest key followed by a version or date, or a family-*, else *", () => {
     const provider = {
       name: "p",
       prices: {
         "claude-sonnet-4": { input: 3, output: 15 },
         "claude-sonnet-4-5": { input: 4, output: 16 },
+        "gpt-5": { input: 1.25, output: 10 },
+        "mistral-*": { input: 2, output: 6 },
         "*": { input: 1, output: 1 },
       },
     };
     assert.equal(priceOf(provider, "claude-sonnet-4-5-20250929")?.input, 4);
     assert.equal(priceOf(provider, "claude-sonnet-4-0")?.input, 3);
+    assert.equal(priceOf(provider, "gpt-5-2025-08-07")?.input, 1.25);
+    assert.equal(priceOf(provider, "claude-sonnet-4-latest")?.input, 3);
+    assert.equal(priceOf(provider, "mistral-large-2411")?.input, 2);
     assert.equal(priceOf(provider, "other")?.input, 1);
+    // A dearer sibling is not its family's price: without "*" it has none, and a budgeted call to it is refused.
+    assert.equal(priceOf(provider, "gpt-5-pro")?.input, 1);
+    const noDefault = Object.fromEntries(Object.entries(provider.prices).filter(([key]) => key !== "*"));
+    for (const model of ["gpt-5-pro", "gpt-5-pro-2025-10-06", "claude-sonnet-4x", "gpt-5.5"])
+      assert.equal(priceOf({ name: "p", prices: noDefault }, model), undefined, model);
+  });
+
+  void it("prices the shipped table's dearer siblings at their own price", () => {
+    const openai = defaultProviders().find((p) => p.name === "openai")!;
+    assert.equal(priceOf(openai, "gpt-5-pro")?.output, 120);
+    assert.equal(priceOf(openai, "gpt-5-mini-2025-08-07")?.input, 0.25);
+    assert.equal(priceOf(openai, "gpt-5-codex"), undefined, "an unknown sibling has no price, not gpt-5's");
   });
 
   void it("reads only the table's own entries, and refuses a price that is not a number of dollars", () => {

@@ -10,6 +10,7 @@ import {
   fetchedUrl,
   providerSideFields,
   providerSideInputs,
+  providerSideServiceTier,
   providerSideTools,
   type InputRules,
 } from "../provider-side-features.js";
@@ -378,6 +379,7 @@ export const openAiChatCompletions: WireFormat = {
           ...providerSideTools(body, CHAT_TOOL_KINDS),
           ...providerSideFields(body, { web_search_options: "web_search" }),
           ...providerSideInputs(body, CHAT_INPUTS),
+          ...providerSideServiceTier(body),
         ],
         ...(clientWantsUsage
           ? {}

@@ -14,6 +14,7 @@ import {
   fetchedUrl,
   providerSideFields,
   providerSideInputs,
+  providerSideServiceTier,
   providerSideTools,
   type InputRules,
 } from "../provider-side-features.js";
@@ -231,6 +232,7 @@ export const openAiResponses: WireFormat = {
           prompt: "stored_context",
         }),
         ...providerSideInputs(body, RESPONSES_INPUTS),
+        ...providerSideServiceTier(body),
       ],
       streamMeter: () => new ResponsesStreamMeter(),
     }),
