@@ -9,7 +9,11 @@ import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
-import { RunSessionResponseSchema, SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import {
+  RunSessionResponseSchema,
+  SandboxService,
+  type RunSessionResponse,
+} from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { SANDBOX_READ_MAX_BYTES, SandboxClient } from "../src/sessions/sandbox-client.js";
 import {
   SandboxAnswerTooLargeError,
@@ -96,25 +100,16 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
   }
 });
 
-void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails the stream for good", async () => {
-  // A small gzip that inflates to past the limit: what a rogue node (or a URL a heartbeat registered) sends.
+/** A node on loopback whose RunSession answers with `responses`, whatever it is asked. */
+async function fakeNode(
+  responses: () => AsyncGenerator<RunSessionResponse>,
+): Promise<{ url: string; close(): Promise<void> }> {
   const handler = connectNodeAdapter({
     acceptCompression: [compressionGzip],
     compressMinBytes: 1024,
     routes: (router) =>
       router.service(SandboxService, {
-        async *runSession() {
-          yield create(RunSessionResponseSchema, {
-            seq: 1n,
-            sessionId: "ses_big",
-            message: { case: "started", value: {} },
-          });
-          yield create(RunSessionResponseSchema, {
-            seq: 2n,
-            sessionId: "ses_big",
-            message: { case: "artifacts", value: { patch: "+".repeat(SANDBOX_READ_MAX_BYTES + 1024) } },
-          });
-        },
+        runSession: () => responses(),
         listSessions: () => ({}),
         cancelSession: () => ({}),
       }),
@@ -122,11 +117,24 @@ void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails
   const server = createHttp2Server(handler);
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as { port: number };
-  try {
-    const channel = new SandboxClient({ url: `http://127.0.0.1:${port}` }).reattach({
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails the stream for good", async () => {
+  // What a rogue node (or a URL a heartbeat registered) sends: gzip that inflates to past the limit.
+  const node = await fakeNode(async function* () {
+    yield create(RunSessionResponseSchema, { seq: 1n, sessionId: "ses_big", message: { case: "started", value: {} } });
+    yield create(RunSessionResponseSchema, {
+      seq: 2n,
       sessionId: "ses_big",
-      afterSeq: 0,
+      message: { case: "artifacts", value: { patch: "+".repeat(SANDBOX_READ_MAX_BYTES + 1024) } },
     });
+  });
+  try {
+    const channel = new SandboxClient({ url: node.url }).reattach({ sessionId: "ses_big", afterSeq: 0 });
     const kinds: string[] = [];
     await assert.rejects(
       (async () => {
@@ -141,6 +149,26 @@ void test("a node's answer larger than SANDBOX_READ_MAX_BYTES decompressed fails
     assert.deepEqual(kinds, ["started"], "the message before the big one arrives");
     channel.close();
   } finally {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await node.close();
+  }
+});
+
+void test("stderr is the followed session's, whatever session id the node puts on each piece", async () => {
+  // Stored per session: a node that named a new session on every piece stored a job's stderr without bound.
+  const node = await fakeNode(async function* () {
+    for (let i = 1; i <= 3; i++)
+      yield create(RunSessionResponseSchema, {
+        seq: BigInt(i),
+        sessionId: `ses_invented_${i}`,
+        message: { case: "stderr", value: { text: `line ${i}\n` } },
+      });
+  });
+  try {
+    const channel = new SandboxClient({ url: node.url }).reattach({ sessionId: "ses_followed", afterSeq: 0 });
+    const ids: string[] = [];
+    for await (const message of channel) if (message.kind === "stderr") ids.push(message.sessionId);
+    assert.deepEqual(ids, ["ses_followed", "ses_followed", "ses_followed"]);
+  } finally {
+    await node.close();
   }
 });

@@ -47,7 +47,12 @@ const PROTOCOL_ERROR_CODES = new Set([
   "nonzero_exit_after_result",
 ]);
 
-function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
+/**
+ * `sessionId`: the session this stream follows, as the orchestrator named it (or, where it left that to the node, as
+ * the node's `started` named it): a message's own session id is the node's word, and stderr is stored per session,
+ * so a node that named a new one on each piece stored a job's stderr without bound (attacker review).
+ */
+function toMessage(response: RunSessionResponse, sessionId: string): SandboxMessage | undefined {
   const seq = Number(response.seq);
   const m = response.message;
   switch (m.case) {
@@ -59,7 +64,7 @@ function toMessage(response: RunSessionResponse): SandboxMessage | undefined {
       return {
         seq,
         kind: "stderr",
-        sessionId: response.sessionId,
+        sessionId,
         text: m.value.text,
         droppedBytes: Number(m.value.droppedBytes),
       };
@@ -109,7 +114,7 @@ class SandboxChannel implements SessionChannel {
    * so it never surfaces as an unhandled rejection that ends the process.
    */
   readonly #first: Promise<IteratorResult<RunSessionResponse>>;
-  readonly #sessionId: string;
+  #sessionId: string;
 
   readonly #url: string;
   #answeredAt: number | undefined;
@@ -134,7 +139,8 @@ class SandboxChannel implements SessionChannel {
   async *[Symbol.asyncIterator](): AsyncIterator<SandboxMessage> {
     try {
       for (let next = await this.#first; !next.done; next = await this.#responses.next()) {
-        const message = toMessage(next.value);
+        if (this.#sessionId === "" && next.value.message.case === "started") this.#sessionId = next.value.sessionId;
+        const message = toMessage(next.value, this.#sessionId);
         if (message) yield message;
       }
     } catch (error) {
