@@ -105,6 +105,12 @@ export interface SessionDriverOptions {
    * seconds. Default 30 s.
    */
   reattachWindowMs?: number;
+  /**
+   * With heartbeats (a registry): how long a node that keeps sending them may leave a session's stream unanswered
+   * before following gives up. Heartbeats alone kept the job waiting for ever, its model token alive, behind a node
+   * registered at an address where nothing answers (attacker review). Default 5 minutes.
+   */
+  unansweredNodeMs?: number;
 }
 
 /** How long a session waits before it asks the nodes for room again. */
@@ -158,6 +164,7 @@ export class SessionDriver {
   async follow(o: FollowOptions): Promise<SessionEnd> {
     const attempts = this.#o.reattachAttempts ?? 5;
     const windowMs = this.#o.reattachWindowMs ?? 30_000;
+    const unansweredMs = this.#o.unansweredNodeMs ?? 5 * 60_000;
     const { state } = o;
     // When this outage began. A session waiting for a person sends nothing after a re-attach, so a mended
     // stream is told by its node having answered the call and the stream then running a while. A call never
@@ -216,6 +223,13 @@ export class SessionDriver {
           if (lost) return { kind: "lost", lost };
           if (!this.#o.placement?.tracksNodes && now - outageSince >= windowMs)
             return { kind: "broken", error: error as Error };
+          if (this.#o.placement?.tracksNodes && now - outageSince >= unansweredMs)
+            return {
+              kind: "broken",
+              error: new Error(
+                `the sandbox node at ${state.sandbox?.url ?? "?"} sends heartbeats but has not answered this session's stream for ${Math.round((now - outageSince) / 1000)} s (${(error as Error).message})`,
+              ),
+            };
           // The node still sends heartbeats (a network blip, a restart), or without heartbeats the window is not
           // over: keep trying at the longest interval until it answers (or goes silent, or the window ends).
           attempt = attempts - 2;
