@@ -180,20 +180,32 @@ export class SandboxNodeRegistry {
     if (existing)
       return { sessionId: request.sessionId, jobId: request.jobId, node: existing.node, placedAt: existing.placedAt };
     return withTransaction(this.#pool, async (client) => {
-      // Lock the candidates in id order (one order for every replica: no deadlocks), then pick in code.
-      const candidates = await client.query<NodeRow>(
-        `SELECT * FROM sandbox_nodes WHERE last_heartbeat > now() - $1 * interval '1 millisecond' AND placed < capacity
-         ORDER BY id FOR UPDATE`,
-        [this.#staleAfterMs],
-      );
-      const chosen = candidates.rows
-        .filter((n) => n.placed < n.capacity)
-        .sort((a, b) => a.placed / a.capacity - b.placed / b.capacity || a.id.localeCompare(b.id))[0];
+      // One node row is locked at a time, the one taken: every live row was locked (and read whole) at each
+      // placement, which serialised job starts across replicas, and made each take seconds once a node token's
+      // holder had registered thousands of nodes (attacker review). SKIP LOCKED: a replica never waits for a node
+      // another is placing on (so no two wait for each other), it takes the next best; when every node with room is
+      // being placed on, it asks again at once.
+      const live = "last_heartbeat > now() - $1 * interval '1 millisecond' AND capacity > 0 AND placed < capacity";
+      let chosen: NodeRow | undefined;
+      for (let tries = 0; chosen === undefined && tries < 100; tries++) {
+        const free = await client.query<{ id: string }>(
+          `SELECT id FROM sandbox_nodes WHERE ${live} ORDER BY placed::float8 / capacity, id LIMIT 1 FOR UPDATE SKIP LOCKED`,
+          [this.#staleAfterMs],
+        );
+        const id = free.rows[0]?.id;
+        if (id !== undefined) {
+          const updated = await client.query<NodeRow>(
+            "UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *",
+            [id],
+          );
+          chosen = updated.rows[0];
+          break;
+        }
+        const room = await client.query(`SELECT 1 FROM sandbox_nodes WHERE ${live} LIMIT 1`, [this.#staleAfterMs]);
+        if (room.rowCount === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
       if (!chosen) return undefined;
-      const updated = await client.query<NodeRow>(
-        "UPDATE sandbox_nodes SET placed = placed + 1 WHERE id = $1 RETURNING *",
-        [chosen.id],
-      );
       const placement = await client.query<{ placed_at: Date }>(
         "INSERT INTO session_placements (session_id, job_id, node_id, placed_at) VALUES ($1, $2, $3, now()) RETURNING placed_at",
         [request.sessionId, request.jobId, chosen.id],
@@ -201,7 +213,7 @@ export class SandboxNodeRegistry {
       return {
         sessionId: request.sessionId,
         jobId: request.jobId,
-        node: toNode(updated.rows[0]!),
+        node: toNode(chosen),
         placedAt: placement.rows[0]!.placed_at,
       };
     });
