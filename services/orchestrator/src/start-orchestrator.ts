@@ -224,6 +224,10 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
         : "no sandbox configured: set OZ0_SANDBOX_URLS (comma-separated sandbox URLs)",
     );
   }
+  if (config.auth?.serviceToken && !config.auth.audienceTokens?.sandbox)
+    logger.warn(
+      "OZ0_SERVICE_TOKEN_FOR_SANDBOX is unset, so sandboxes are sent OZ0_SERVICE_TOKEN, which the LLM proxy's control API and events accept too: each RunSession carries it into a sandbox's memory, beside agent code. Give the orchestrator a credential of its own for sandboxes, and the sandboxes its digest as OZ0_PEER_ORCHESTRATOR_SHA256",
+    );
   const placement: SandboxPlacement = registered
     ? new RegistryPlacement({ registry: registered, logger, sandboxToken })
     : new StaticPlacement({ runners: sandboxes, localStack: config.localStack ?? false });

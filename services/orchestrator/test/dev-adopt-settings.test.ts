@@ -5,7 +5,7 @@
 // answering from the old script while oz0 dev said it used the new one).
 import assert from "node:assert/strict";
 import { execFile, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -59,6 +59,32 @@ void test("oz0 dev started again with another model script restarts the LLM prox
     /the llm-proxy service a previous oz0 dev left running \(pid \d+\) was started with other settings \(another model script, or provider keys\): stopping it, to start it with these/,
   );
   assert.match(await oz0("run", "plain", "hello"), /answered from script B/);
+  second.child.kill("SIGINT");
+  await new Promise((resolve) => second.child.once("exit", resolve));
+});
+
+void test("oz0 dev restarts the services an older oz0 dev left running without the orchestrator's credential for sandboxes", async () => {
+  const first = await startDev(script("c", "answered from script C"));
+  first.child.kill("SIGKILL");
+  await new Promise((resolve) => first.child.once("exit", resolve));
+  const before = servicePids();
+  // The record as an oz0 dev from before that credential wrote it.
+  const record = path.join(home, "credentials", "dev-stack.json");
+  const kept = JSON.parse(readFileSync(record, "utf8")) as { credentials: Record<string, string> };
+  delete kept.credentials["orchestrator-for-sandbox"];
+  writeFileSync(record, JSON.stringify(kept), { mode: 0o600 });
+
+  const second = await startDev(script("c", "answered from script C"));
+  const now = servicePids();
+  for (const name of ["events", "sandbox", "orchestrator", "llm-proxy"])
+    assert.notEqual(now[name], before[name], `${name} was started again`);
+  assert.match(
+    second.stderr(),
+    /the sandbox service a previous oz0 dev left running \(pid \d+\) has credentials of an older oz0 dev: stopping it, to start it with new ones/,
+  );
+  const saved = JSON.parse(readFileSync(record, "utf8")) as { credentials: Record<string, string> };
+  assert.ok(saved.credentials["orchestrator-for-sandbox"], "the new record has the credential");
+  assert.match(await oz0("run", "plain", "hello"), /answered from script C/);
   second.child.kill("SIGINT");
   await new Promise((resolve) => second.child.once("exit", resolve));
 });

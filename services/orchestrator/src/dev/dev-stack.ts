@@ -14,7 +14,12 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
-import { ephemeralRangeStart, generateStackCredentials, type StackCredentials } from "@oz0/serving";
+import {
+  ephemeralRangeStart,
+  generateStackCredentials,
+  stackCredentialNames,
+  type StackCredentials,
+} from "@oz0/serving";
 import {
   isServiceProcess,
   portTaken,
@@ -221,14 +226,19 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   // One started with other settings (the LLM proxy with another model script) would go on answering as it was
   // started, while this oz0 dev said otherwise (operator review): it is stopped, and started again below.
   const settings = (name: StackServiceName): string => settingsDigest(options.env?.[name]);
+  // Services an older oz0 dev started lack a credential this one makes (the orchestrator's for sandboxes): kept,
+  // they would go on with the orchestrator's own credential in every sandbox's memory.
+  const credentialsOutdated = previous !== undefined && stackCredentialNames().some((n) => !previous.credentials[n]);
   const changed = leftRunning.filter((name) => {
     const kept = previous!.services[name]!.settings;
-    return kept !== undefined && kept !== settings(name);
+    return credentialsOutdated || (kept !== undefined && kept !== settings(name));
   });
   for (const name of changed) {
     const kept = previous!.services[name]!;
     options.notify(
-      `the ${name} service a previous oz0 dev left running (pid ${kept.pid}) was started with other settings${name === "llm-proxy" ? " (another model script, or provider keys)" : ""}: stopping it, to start it with these`,
+      credentialsOutdated
+        ? `the ${name} service a previous oz0 dev left running (pid ${kept.pid}) has credentials of an older oz0 dev: stopping it, to start it with new ones`
+        : `the ${name} service a previous oz0 dev left running (pid ${kept.pid}) was started with other settings${name === "llm-proxy" ? " (another model script, or provider keys)" : ""}: stopping it, to start it with these`,
     );
     await adoptedProcess({ name, pid: kept.pid, url: kept.url, logFile: path.join(logs, `${name}.log`) }).stop();
   }
