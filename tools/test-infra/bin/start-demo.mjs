@@ -31,6 +31,9 @@ const { applyEnvironmentKeys, embeddedStackEnv, isolationNotice, readDiscovery, 
   path.join(orchestratorDist, "index.js")
 );
 const { stackTokenFor } = await import("@oz0/serving");
+// What the patched project's tests print is the agent's doing: shown inert, as oz0 shows a job's text.
+const { escapeRefusedCharacters } = await import("@oz0/harness/text");
+const inert = (text) => text.split("\n").map(escapeRefusedCharacters).join("\n");
 const cli = path.join(orchestratorDist, "cli/main.js");
 const plugin = path.join(root, "examples/plugins/example");
 const harnessPlugin = path.join(root, "plugins/harness-claude");
@@ -126,7 +129,7 @@ try {
   const where = /artifacts of (job_\w+) are in (.+)/.exec(run.out);
   if (run.code === 0 && where) {
     say(
-      `$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied, in a sandbox session: the patch is the agent's code)`,
+      `$ node --test   (in a fresh copy of ${path.relative(process.cwd(), project) || "."} with the job's patch applied, but not to its tests, in a sandbox session: the patch is the agent's code)`,
     );
     const check = await checkPatchInSandbox({
       sandboxUrl: stack.urls.sandbox,
@@ -138,7 +141,7 @@ try {
     if (check.passed) {
       // The summary lines: `# pass 2` (TAP, Node 22) or `ℹ pass 2` (spec, Node 24).
       console.log(
-        check.output
+        inert(check.output)
           .split("\n")
           .filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l))
           .join("\n"),
@@ -146,8 +149,8 @@ try {
       say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`,`);
       say(`or in the web console after this demo: \`OZ0_HOME=${home} npx oz0 dev\` prints its link.`);
     } else {
-      console.log(check.output);
-      say(`The test still fails with the job's patch applied: ${check.error}`);
+      console.log(inert(check.output));
+      say(`The test still fails with the job's patch applied: ${inert(check.error)}`);
       exitCode = 1;
     }
   } else if (run.code !== 0) {

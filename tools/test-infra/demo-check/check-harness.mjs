@@ -2,6 +2,8 @@
 // JSON lines): it applies the job's patch to the attached copy of the project
 // and runs the project's tests. The patch is code the agent wrote, so it runs
 // where the agent's own code ran, isolated, and never on the demo's machine.
+// The patch's changes to test files are left out: the project's own tests
+// judge it, so a patch that rewrote them cannot pass for a fix.
 // Input (the request's `input`): {"project": "<folder>", "patch": "<file>"},
 // both attached to the working directory.
 import { spawnSync } from "node:child_process";
@@ -29,7 +31,12 @@ const finish = (text, error) =>
     },
   });
 
-const applied = spawnSync("git", ["apply", patch], { cwd: request.workingDir, encoding: "utf8" });
+/** What the patch may not change: the tests that judge it (`*.test.*`, anything in a `test` or `tests` folder). */
+const TEST_FILES = ["*.test.*", "*/*.test.*", "**/test/**", "**/tests/**", "test/**", "tests/**"];
+const applied = spawnSync("git", ["apply", ...TEST_FILES.map((glob) => `--exclude=${glob}`), patch], {
+  cwd: request.workingDir,
+  encoding: "utf8",
+});
 if (applied.status !== 0) {
   finish(
     `${applied.stdout ?? ""}${applied.stderr ?? ""}`,
