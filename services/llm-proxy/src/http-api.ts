@@ -253,6 +253,16 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       });
       return;
     }
+    // Priced by the one the proxy reads, answered by whichever copy the provider keeps: refused, not guessed.
+    if (body.values("model").length > 1) {
+      sendError(res, {
+        format,
+        status: 400,
+        type: "invalid_request_error",
+        message: "the request names its model more than once; name it once",
+      });
+      return;
+    }
     // Agents name models `provider/model`; a harness may pass that on as it is.
     const model = body.field("model");
     const bareModel =
@@ -279,7 +289,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       });
       return;
     }
-    const read = format.calls.readRequest(body);
+    const read = format.calls.readRequest(body, req.headers);
     const providerSide = providerSideRefusal(read.providerSide, options.providerSideFeatures ?? NOTHING_PROVIDER_SIDE);
     if (providerSide) {
       options.refusedCalls.refused({

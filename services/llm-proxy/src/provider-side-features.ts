@@ -57,6 +57,9 @@ export function providerSideTools(
   return uses;
 }
 
+/** Features that only change what the provider bills: allowed, they are metered at the price table's rates. */
+const PRICED_ABOVE_TABLE = new Set(["priority_tier", "long_context", "fast_mode", "inference_geo", "cache_1h"]);
+
 /** OpenAI's tiers a call may ask for at the prices the table has: any other (`priority`, `scale`) costs more. */
 const TABLE_PRICED_TIERS = new Set(["auto", "default", "flex"]);
 
@@ -69,6 +72,48 @@ export function providerSideServiceTier(body: RequestBody): ProviderSideUse[] {
     .values("service_tier")
     .some((tier) => tier !== undefined && tier !== null && !(typeof tier === "string" && TABLE_PRICED_TIERS.has(tier)));
   return dearer ? [{ feature: "priority_tier", where: "service_tier" }] : [];
+}
+
+/** The values of a header, comma-separated ones split (`anthropic-beta: a,b`), trimmed. */
+function headerList(value: string | string[] | undefined): string[] {
+  return (Array.isArray(value) ? value : value === undefined ? [] : [value])
+    .flatMap((v) => v.split(","))
+    .map((v) => v.trim())
+    .filter(Boolean);
+}
+
+/**
+ * What an Anthropic request asks for that Anthropic bills above the price table's rates, which the proxy meters at
+ * (second review: a call so metered at $1.88 cost $4.05 at list prices):
+ * - `long_context`: the 1M-token context beta (`anthropic-beta: context-1m-…`), past 200k input tokens twice the input price;
+ * - `fast_mode`: `speed` other than `standard`, or the fast-mode beta, several times the price;
+ * - `inference_geo`: a region of inference other than `global` (`us`: 1.1 times);
+ * - `cache_1h`: a `cache_control` whose `ttl` is not `5m` (an hour's cache write costs twice the input price, not 1.25).
+ */
+export function anthropicPricedAbove(
+  body: RequestBody,
+  headers: Readonly<Record<string, string | string[] | undefined>>,
+): ProviderSideUse[] {
+  const uses: ProviderSideUse[] = [];
+  for (const beta of headerList(headers["anthropic-beta"])) {
+    if (beta.startsWith("context-1m-")) uses.push({ feature: "long_context", where: `anthropic-beta: ${beta}` });
+    if (beta.startsWith("fast-mode-")) uses.push({ feature: "fast_mode", where: `anthropic-beta: ${beta}` });
+  }
+  if (body.values("speed").some((v) => v !== undefined && v !== null && v !== "standard"))
+    uses.push({ feature: "fast_mode", where: "speed" });
+  if (body.values("inference_geo").some((v) => v !== undefined && v !== null && v !== "global"))
+    uses.push({ feature: "inference_geo", where: "inference_geo" });
+  const longCache = (control: unknown): boolean =>
+    typeof control === "object" && control !== null && "ttl" in control && (control as { ttl: unknown }).ttl !== "5m";
+  if (body.values("cache_control").some(longCache)) uses.push({ feature: "cache_1h", where: "cache_control" });
+  uses.push(
+    ...providerSideInputs(body, {
+      fields: ["system", "messages", "tools"],
+      needles: ['ttl"'],
+      classify: (node) => (node.type === "tool_use" ? "skip" : longCache(node.cache_control) ? "cache_1h" : undefined),
+    }),
+  );
+  return uses;
 }
 
 /** A use for each of `fields` the request sets to anything but null or false. */
@@ -139,9 +184,11 @@ export function providerSideRefusal(
       .map((use) => `${use.where}: ${use.feature}`)
       .join("; ") + (refused.length > NAMED_USES ? `; and ${refused.length - NAMED_USES} more` : "");
   const allowable = [...new Set(refused.map((use) => use.feature).filter((f) => f !== UNREADABLE_TOOL))];
+  const pricedAbove = refused.every((use) => PRICED_ABOVE_TABLE.has(use.feature));
   return (
-    `this LLM proxy does not pass what a provider would do on its own side, outside the sandbox and outside metering (${what}). ` +
-    "Give the agent tools it runs itself instead" +
+    (pricedAbove
+      ? `this LLM proxy does not pass what the provider bills above the prices it meters at, which no budget would bound (${what}). Leave it out of the request`
+      : `this LLM proxy does not pass what a provider would do on its own side, outside the sandbox and outside metering (${what}). Give the agent tools it runs itself instead`) +
     (allowable.length > 0
       ? `, or have the operator allow ${allowable.join(", ")} with OZ0_PROVIDER_SIDE_FEATURES=${allowable.join(",")} on the LLM proxy`
       : "")

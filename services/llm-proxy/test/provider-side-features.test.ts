@@ -16,6 +16,10 @@ interface Case {
   body: Record<string, unknown> | string;
   /** What the refusal must name: where, then the feature. */
   names?: RegExp;
+  /** Client headers beside the session's. */
+  headers?: Record<string, string>;
+  /** A feature that only changes the price: the refusal says it is billed above the table's. */
+  priced?: true;
 }
 
 const anthropic = (extra: Record<string, unknown>): Record<string, unknown> => ({
@@ -108,12 +112,45 @@ const REFUSED: Case[] = [
     route: "chat",
     body: chat({ service_tier: "priority" }),
     names: /service_tier: priority_tier/,
+    priced: true,
   },
   {
     name: "a Responses call at the scale tier",
     route: "responses",
     body: responses({ service_tier: "scale" }),
     names: /service_tier: priority_tier/,
+    priced: true,
+  },
+  {
+    name: "Anthropic's 1M-token context beta (twice the input price past 200k)",
+    route: "messages",
+    body: anthropic({}),
+    headers: { "anthropic-beta": "interleaved-thinking-2025-05-14, context-1m-2025-08-07" },
+    names: /anthropic-beta: context-1m-2025-08-07: long_context/,
+    priced: true,
+  },
+  {
+    name: "Anthropic's fast mode",
+    route: "messages",
+    body: anthropic({ speed: "fast" }),
+    names: /speed: fast_mode/,
+    priced: true,
+  },
+  {
+    name: "Anthropic's inference in the US only (1.1 times)",
+    route: "messages",
+    body: anthropic({ inference_geo: "us" }),
+    names: /inference_geo: inference_geo/,
+    priced: true,
+  },
+  {
+    name: "an hour's prompt cache (a write costs twice the input price)",
+    route: "messages",
+    body: anthropic({
+      system: [{ type: "text", text: "be brief", cache_control: { type: "ephemeral", ttl: "1h" } }],
+    }),
+    names: /system\[0\]: cache_1h/,
+    priced: true,
   },
   {
     name: "input the provider holds (previous_response_id)",
@@ -194,13 +231,13 @@ function urlOf(endpoint: SessionEndpoint, route: Case["route"]): string {
 
 async function send(
   endpoint: SessionEndpoint,
-  c: Pick<Case, "route" | "body">,
+  c: Pick<Case, "route" | "body" | "headers">,
 ): Promise<{ status: number; text: string }> {
   const auth: Record<string, string> =
     c.route === "messages" ? { "x-api-key": endpoint.token } : { authorization: `Bearer ${endpoint.token}` };
   const response = await fetch(urlOf(endpoint, c.route), {
     method: "POST",
-    headers: { "content-type": "application/json", ...auth, ...endpoint.headers },
+    headers: { "content-type": "application/json", ...auth, ...endpoint.headers, ...c.headers },
     body: typeof c.body === "string" ? c.body : JSON.stringify(c.body),
   });
   return { status: response.status, text: await response.text() };
@@ -211,7 +248,7 @@ void describe("provider-side features", () => {
   let endpoint: SessionEndpoint;
   before(async () => {
     fx = await startFixture({
-      turns: Array.from({ length: 8 }, () => ({ text: "ok", usage: { input: 1, output: 1 } })),
+      turns: Array.from({ length: 16 }, () => ({ text: "ok", usage: { input: 1, output: 1 } })),
     });
     endpoint = await fx.session();
   });
@@ -225,10 +262,26 @@ void describe("provider-side features", () => {
       const error = JSON.parse(r.text) as { error: { type: string; message: string } };
       assert.equal(error.error.type, "permission_error");
       assert.match(error.error.message, c.names!);
-      assert.match(error.error.message, /outside the sandbox and outside metering/);
+      assert.match(
+        error.error.message,
+        c.priced
+          ? /bills above the prices it meters at, which no budget would bound/
+          : /outside the sandbox and outside metering/,
+      );
       assert.equal(fx.model.requests.length, before);
     });
   }
+
+  void it("refuses a request that names its model twice: priced by one copy, it would be answered by either", async () => {
+    const before = fx.model.requests.length;
+    const r = await send(endpoint, {
+      route: "chat",
+      body: '{"model":"gpt-5-pro","model":"gpt-5-nano","messages":[{"role":"user","content":"hi"}]}',
+    });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.text, /names its model more than once/);
+    assert.equal(fx.model.requests.length, before);
+  });
 
   void it("names the variable that would allow a feature, and never an unreadable tool", async () => {
     const r = await send(endpoint, {
@@ -240,7 +293,7 @@ void describe("provider-side features", () => {
   });
 
   void it("passes the client's own tools (functions, custom tools, Anthropic's bash and text editor) and inline inputs", async () => {
-    const cases: Pick<Case, "route" | "body">[] = [
+    const cases: Pick<Case, "route" | "body" | "headers">[] = [
       {
         route: "messages",
         body: anthropic({
@@ -287,7 +340,13 @@ void describe("provider-side features", () => {
         }),
       },
       { route: "responses", body: responses({ tools: [{ type: "function", name: "f" }], background: false }) },
-      // The tiers the table prices.
+      // The tiers, betas, speeds and cache lifetimes the table prices.
+      { route: "messages", body: anthropic({ speed: "standard", inference_geo: "global" }) },
+      {
+        route: "messages",
+        body: anthropic({ system: [{ type: "text", text: "x", cache_control: { type: "ephemeral", ttl: "5m" } }] }),
+        headers: { "anthropic-beta": "interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14" },
+      },
       { route: "chat", body: chat({ service_tier: "default" }) },
       { route: "responses", body: responses({ service_tier: "flex" }) },
       { route: "chat", body: chat({ service_tier: "auto" }) },

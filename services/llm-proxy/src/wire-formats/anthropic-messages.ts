@@ -4,6 +4,7 @@
 // is reported without cache tokens. Streamed texts: a content block's `text`,
 // `partial_json` or `thinking` deltas.
 import {
+  anthropicPricedAbove,
   providerSideFields,
   providerSideInputs,
   providerSideTools,
@@ -220,7 +221,7 @@ export const anthropicMessages: WireFormat = {
   keyHeader: "x-api-key",
   errorBody: anthropicErrorBody,
   calls: {
-    readRequest(body: RequestBody): WireRequest {
+    readRequest(body: RequestBody, headers): WireRequest {
       return {
         model: stringOf(body.field("model")),
         stream: body.field("stream") === true,
@@ -229,6 +230,7 @@ export const anthropicMessages: WireFormat = {
           ...providerSideTools(body, ANTHROPIC_TOOL_KINDS),
           ...providerSideFields(body, { mcp_servers: "mcp", container: "code_execution" }),
           ...providerSideInputs(body, ANTHROPIC_INPUTS),
+          ...anthropicPricedAbove(body, headers),
         ],
         streamMeter: () => new AnthropicStreamMeter(),
       };

@@ -53,8 +53,8 @@ export interface WireFormat {
 
 /** The metered side of a wire format. */
 export interface ModelCalls {
-  /** What the proxy reads of a request before it goes upstream. */
-  readRequest(body: RequestBody): WireRequest;
+  /** What the proxy reads of a request before it goes upstream; `headers`: the client's (the betas it asks for). */
+  readRequest(body: RequestBody, headers: Readonly<Record<string, string | string[] | undefined>>): WireRequest;
   /** The usage a whole answer (its parsed JSON) reports; undefined when it reports none (then it is estimated). */
   answerUsage(answer: unknown): TokenUsage | undefined;
   /** Why a whole answer ended, in the API's words (`end_turn`, `tool_calls`, `max_output_tokens`, …). */
