@@ -35,6 +35,9 @@ export interface RunningHeartbeatSidecar extends NodeHeartbeat {
   drain(options?: { maxMs?: number }): Promise<void>;
 }
 
+/** The largest answer the sidecar reads from the sandbox: a ListSessions of thousands of sessions fits. */
+const SIDECAR_READ_MAX_BYTES = 4 * 1024 * 1024;
+
 export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger: Logger }): RunningHeartbeatSidecar {
   // The sandbox lets this credential list its sessions, and nothing else.
   if (!config.sandboxToken)
@@ -44,6 +47,9 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
   const transport = createGrpcTransport({
     baseUrl: config.sandboxUrl,
     interceptors: [bearerInterceptor(config.sandboxToken ?? config.nodeToken)],
+    // A node's list of sessions is small; whatever answers on the sandbox's port while it restarts is not trusted
+    // with Connect's default of 4 GiB, gzip included.
+    readMaxBytes: SIDECAR_READ_MAX_BYTES,
   });
   const sandbox = createClient(SandboxService, transport);
   const health = createClient(Health, transport);
