@@ -14,4 +14,6 @@ export function checkPatchInSandbox(options: {
   home: string;
   project: string;
   patch: string;
+  /** The session is cancelled past it. Default 5 minutes. */
+  deadlineMs?: number;
 }): Promise<PatchCheck>;

@@ -81,8 +81,9 @@ function patch(options: { adds?: Record<string, string[]>; replaces?: Record<str
   return file;
 }
 
-const check = (patch: string) =>
+const check = (patch: string, deadlineMs?: number) =>
   checkPatchInSandbox({
+    ...(deadlineMs !== undefined ? { deadlineMs } : {}),
     sandboxUrl: stack.urls.sandbox,
     token: stackTokenFor(stack.credentials, "orchestrator", "sandbox"),
     home,
@@ -141,4 +142,13 @@ void test("the project's own tests judge the patch: one that breaks the code fai
   const unapplied = await check(bad);
   assert.equal(unapplied.passed, false);
   assert.match(unapplied.error, /git apply changes\.patch failed/);
+});
+
+void test("a patch whose code never returns is stopped at the check's deadline, and fails it", async () => {
+  const hung = await check(
+    patch({ adds: { "probe.mjs": ["await new Promise(() => setInterval(() => {}, 1000));"] } }),
+    3_000,
+  );
+  assert.equal(hung.passed, false);
+  assert.match(hung.error, /the tests ran past 3 s and were stopped/);
 });
