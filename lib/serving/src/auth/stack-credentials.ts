@@ -55,7 +55,10 @@ export function generateStackCredentials(): StackCredentials {
   return Object.fromEntries(stackCredentialNames().map((name) => [name, newCredential()])) as StackCredentials;
 }
 
-/** The token a stack's caller sends to an audience. A stack recorded before a credential was split off has none for it: the caller's own. */
+/**
+ * The token a stack's caller sends to an audience. Credentials an older oz0 dev recorded lack the ones split off
+ * since (oz0 dev then makes new ones for the whole stack); there the caller's own stands in.
+ */
 export function stackTokenFor(credentials: StackCredentials, caller: ServiceName, audience: ServiceName): string {
   return credentials[credentialName(caller, audience)] ?? credentials[caller];
 }
