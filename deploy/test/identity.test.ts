@@ -13,12 +13,21 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { parse, parseAllDocuments } from "yaml";
-import { stackCredentialNames } from "@oz0/serving";
+import { NODE_IDENTITY_AUDIENCE, stackCredentialNames } from "@oz0/serving";
 import {
   deployDir,
   generatedDir,
@@ -214,20 +223,9 @@ void describe("the README's credential script for prod", () => {
     const readme = readFileSync(path.join(k8sDir, "README.md"), "utf8");
     const script = /The service credentials, for example[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1];
     assert.ok(script, "deploy/k8s/README.md shows the credential script");
-    const bin = mkdtempSync(path.join(os.tmpdir(), "oz0-kubectl-"));
-    t.after(() => rmSync(bin, { recursive: true, force: true }));
-    const log = path.join(bin, "calls");
-    writeFileSync(path.join(bin, "kubectl"), `#!/bin/sh\nprintf '%s\\t' "$@" >> "${log}"\necho >> "${log}"\n`, {
-      mode: 0o755,
-    });
-    execFileSync("bash", ["-euo", "pipefail", "-c", script], {
-      env: { ...process.env, PATH: `${bin}:${process.env.PATH ?? ""}` },
-      stdio: "pipe",
-    });
-    const calls = readFileSync(log, "utf8")
-      .trim()
-      .split("\n")
-      .map((line) => line.split("\t").filter(Boolean));
+    const work = mkdtempSync(path.join(os.tmpdir(), "oz0-kubectl-"));
+    t.after(() => rmSync(work, { recursive: true, force: true }));
+    const calls = withRecordingKubectl(script, { work });
     const literals = (args: string[]): Map<string, string> =>
       new Map(
         args
@@ -264,6 +262,158 @@ void describe("the README's credential script for prod", () => {
     assert.ok(secrets.has("oz0-orchestrator-for-sandbox-token"), "the orchestrator's credential for sandboxes");
   });
 });
+
+void describe("node identities in prod", () => {
+  const prods = overlayDirs().filter((d) => path.basename(d).startsWith("prod"));
+
+  for (const dir of prods) {
+    void it(`${path.basename(dir)}: only node-heartbeat holds the pod's token for the node API, where it reads it`, () => {
+      const objects = render(dir);
+      const sandbox = workload(objects, "sandbox");
+      const identityVolumes = new Set(
+        ((sandbox.pod.volumes ?? []) as Any[])
+          .filter((v) =>
+            (v.projected?.sources ?? []).some((s: Any) => s.serviceAccountToken?.audience === NODE_IDENTITY_AUDIENCE),
+          )
+          .map((v) => v.name as string),
+      );
+      assert.equal(identityVolumes.size, 1, "one projected token for the node API");
+      const [volume] = identityVolumes;
+      const token = ((sandbox.pod.volumes as Any[]).find((v) => v.name === volume).projected.sources as Any[]).find(
+        (s) => s.serviceAccountToken,
+      ).serviceAccountToken;
+      assert.ok(token.expirationSeconds <= 3600, "short-lived (the kubelet renews it)");
+      for (const w of workloads(objects)) {
+        for (const c of allContainers(w.pod)) {
+          const mount = ((c.volumeMounts ?? []) as Any[]).find(
+            (m) => w.name === sandbox.name && identityVolumes.has(m.name),
+          );
+          if (w.name === "sandbox" && c.name === "node-heartbeat") {
+            assert.ok(mount?.readOnly, "node-heartbeat mounts it read-only");
+            assert.equal(
+              containerEnv(objects, c).OZ0_NODE_IDENTITY_TOKEN_FILE,
+              path.posix.join(mount.mountPath, token.path),
+              "the sidecar reads the projected file",
+            );
+            assert.equal(
+              (c.env as Any[]).find((e) => e.name === "OZ0_NODE_ID")?.valueFrom?.fieldRef?.fieldPath,
+              "metadata.name",
+              "its node id is the pod's name, which the token proves",
+            );
+          } else {
+            assert.equal(mount, undefined, `${w.name}/${c.name} must not mount the node identity token`);
+          }
+        }
+      }
+      // Nothing else in the pod hands it a token of the service account.
+      assert.equal(sandbox.pod.automountServiceAccountToken, false);
+      assert.equal(sandbox.pod.shareProcessNamespace ?? false, false);
+    });
+
+    void it(`${path.basename(dir)}: the orchestrators check it against the operator's ConfigMap, for the sandbox pods' service account`, () => {
+      const objects = render(dir);
+      const orchestrator = workload(objects, "orchestrator");
+      const c = container(orchestrator.pod, "orchestrator");
+      const env = c.env as Any[];
+      const issuer = env.find((e) => e.name === "OZ0_NODE_IDENTITY_ISSUER")?.valueFrom?.configMapKeyRef;
+      assert.deepEqual({ name: issuer?.name, key: issuer?.key }, { name: "oz0-node-identity", key: "issuer" });
+      const jwksFile = env.find((e) => e.name === "OZ0_NODE_IDENTITY_JWKS_FILE")?.value as string;
+      const mount = (c.volumeMounts as Any[]).find((m) => jwksFile.startsWith(`${m.mountPath}/`));
+      const volume = (orchestrator.pod.volumes as Any[]).find((v) => v.name === mount?.name);
+      assert.equal(volume?.configMap?.name, "oz0-node-identity", "the JWKS file is the ConfigMap's");
+      assert.ok(
+        (volume.configMap.items as Any[]).some(
+          (i) => i.key === "jwks.json" && path.posix.join(mount.mountPath, i.path) === jwksFile,
+        ),
+        "its jwks.json key at OZ0_NODE_IDENTITY_JWKS_FILE",
+      );
+      // `$(POD_NAMESPACE):sandbox`, POD_NAMESPACE from the downward API and defined before it.
+      const account = env.findIndex((e) => e.name === "OZ0_NODE_IDENTITY_SERVICE_ACCOUNT");
+      const namespace = env.findIndex((e) => e.valueFrom?.fieldRef?.fieldPath === "metadata.namespace");
+      assert.ok(namespace >= 0 && namespace < account, "the namespace comes from the downward API, before it");
+      assert.equal(
+        env[account].value,
+        `$(${env[namespace].name}):${workload(objects, "sandbox").pod.serviceAccountName}`,
+      );
+    });
+  }
+
+  void it("the README's script writes that ConfigMap from the cluster's discovery document and keys", (t) => {
+    const readme = readFileSync(path.join(k8sDir, "README.md"), "utf8");
+    const script = /The ConfigMap, made again when the cluster's signing keys rotate[\s\S]*?```sh\n([\s\S]*?)```/.exec(
+      readme,
+    )?.[1];
+    assert.ok(script, "deploy/k8s/README.md shows the node identity script");
+    const work = mkdtempSync(path.join(os.tmpdir(), "oz0-node-identity-"));
+    t.after(() => rmSync(work, { recursive: true, force: true }));
+    const cwd = path.join(work, "cwd");
+    mkdirSync(cwd);
+    // What an API server answers (compact JSON, as it sends it).
+    const jwks = JSON.stringify({ keys: [{ use: "sig", kty: "RSA", kid: "k1", alg: "RS256", n: "AQAB", e: "AQAB" }] });
+    const issuer = "https://kubernetes.default.svc.cluster.local";
+    const discovery = JSON.stringify({
+      issuer,
+      jwks_uri: "https://172.18.0.2:6443/openid/v1/jwks",
+      response_types_supported: ["id_token"],
+      subject_types_supported: ["public"],
+      id_token_signing_alg_values_supported: ["RS256"],
+    });
+    writeFileSync(path.join(work, "jwks"), jwks);
+    writeFileSync(path.join(work, "discovery"), discovery);
+    const calls = withRecordingKubectl(script, {
+      work,
+      cwd,
+      answers: [
+        `"get --raw /openid/v1/jwks") cat "${work}/jwks" ;;`,
+        `"get --raw /.well-known/openid-configuration") cat "${work}/discovery" ;;`,
+        `*"create configmap"*) cp jwks.json "${work}/created-jwks.json" ;;`,
+        `"apply -f -") cat > /dev/null ;;`,
+      ],
+    });
+    const create = calls.find((args) => args.includes("create"))!;
+    assert.deepEqual(create.slice(0, 5), ["-n", "oz0", "create", "configmap", "oz0-node-identity"]);
+    assert.ok(create.includes(`--from-literal=issuer=${issuer}`), create.join(" "));
+    assert.ok(create.includes("--from-file=jwks.json"), create.join(" "));
+    assert.equal(readFileSync(path.join(work, "created-jwks.json"), "utf8").trim(), jwks);
+    assert.ok(
+      calls.some((args) => args.join(" ") === "apply -f -"),
+      "applied, so running it again replaces it",
+    );
+    assert.deepEqual(readdirSync(cwd), [], "the keys file is removed");
+  });
+});
+
+/**
+ * Runs a script of the README with a `kubectl` that records each call's
+ * arguments (returned, one array per call) and answers as `answers` say
+ * (`case "$*"` branches), in `work/bin`.
+ */
+function withRecordingKubectl(script: string, o: { work: string; cwd?: string; answers?: string[] }): string[][] {
+  const bin = path.join(o.work, "bin");
+  mkdirSync(bin);
+  const log = path.join(o.work, "calls");
+  writeFileSync(
+    path.join(bin, "kubectl"),
+    [
+      "#!/bin/sh",
+      `printf '%s\\t' "$@" >> "${log}"; echo >> "${log}"`,
+      `case "$*" in`,
+      ...(o.answers ?? []).map((answer) => `  ${answer}`),
+      "esac",
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  execFileSync("bash", ["-euo", "pipefail", "-c", script], {
+    ...(o.cwd ? { cwd: o.cwd } : {}),
+    env: { ...process.env, PATH: `${bin}:${process.env.PATH ?? ""}` },
+    stdio: "pipe",
+  });
+  return readFileSync(log, "utf8")
+    .trim()
+    .split("\n")
+    .map((line) => line.split("\t").filter(Boolean));
+}
 
 /**
  * The files of deploy/ that are or would be committed: tracked, or new and

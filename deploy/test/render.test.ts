@@ -127,7 +127,7 @@ for (const dir of overlayDirs()) {
         "oz0-events-token",
       ]);
       // ConfigMaps the operator creates in prod (dev generates them).
-      const operatorConfigMaps = new Set(["oz0-service-token-digests"]);
+      const operatorConfigMaps = new Set(["oz0-service-token-digests", "oz0-node-identity"]);
       for (const svc of objects.filter((o) => o.kind === "Service") as Any[]) {
         const targets = pods.filter((w) => matchesSelector({ matchLabels: svc.spec.selector }, w.podLabels));
         assert.ok(targets.length > 0, `Service ${svc.metadata.name} selects no pod`);
@@ -175,7 +175,10 @@ for (const dir of overlayDirs()) {
         }
         for (const v of w.pod.volumes ?? []) {
           if (v.configMap)
-            assert.ok(named("ConfigMap", v.configMap.name), `${w.name} volume ConfigMap ${v.configMap.name}`);
+            assert.ok(
+              named("ConfigMap", v.configMap.name) || operatorConfigMaps.has(v.configMap.name),
+              `${w.name} volume ConfigMap ${v.configMap.name}`,
+            );
           if (v.persistentVolumeClaim)
             assert.ok(named("PersistentVolumeClaim", v.persistentVolumeClaim.claimName), `${w.name} PVC`);
         }

@@ -1,4 +1,4 @@
-export { isWildcardHost, serve, registration } from "./serve.js";
+export { isWildcardHost, PEER_ADDRESS, serve, registration } from "./serve.js";
 export type { ServeOptions, RunningServer, ServiceRegistration } from "./serve.js";
 export { HealthRegistry, LIVENESS, READINESS, ServingStatus } from "./health.js";
 export { createLogger } from "./logger.js";
@@ -60,6 +60,7 @@ export { Authenticator, credentialDigest } from "./auth/authenticator.js";
 export type { AuthSettings, Authentication, SessionCredentials, SessionOrigin } from "./auth/authenticator.js";
 export { audienceTokenVariable, authSettingsFromEnv, peerVariable } from "./auth/auth-settings.js";
 export { bearerInterceptor, callerToken } from "./auth/bearer-credential.js";
+export { NODE_IDENTITY_AUDIENCE, NODE_IDENTITY_HEADER } from "./auth/node-identity-token.js";
 export { parsePeopleConfig, grantedRoles } from "./auth/people-config.js";
 export type { PeopleConfig, OidcConfig, RoleGrant, StaticToken } from "./auth/people-config.js";
 export { principalOf } from "./auth/principal.js";

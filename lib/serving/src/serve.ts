@@ -1,6 +1,12 @@
 // The one way every service serves its API.
 import type { DescService } from "@bufbuild/protobuf";
-import type { ConnectRouter, Interceptor, ServiceImpl } from "@connectrpc/connect";
+import {
+  createContextKey,
+  createContextValues,
+  type ConnectRouter,
+  type Interceptor,
+  type ServiceImpl,
+} from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
 import { Health } from "@oz0/proto/grpc/health/v1/health_pb";
 import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/reflection_pb";
@@ -21,6 +27,15 @@ import { decodingBinaryBodies, handingOnDecodedMessages } from "./undecodable-re
 
 /** What connect decodes request bodies with (its own defaults, named so the body check uses the same). */
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
+
+/**
+ * The address the request's connection comes from, as the server's socket
+ * sees it (an IPv4 peer of a dual-stack listener without its `::ffff:`
+ * prefix); undefined once the socket closed. A handler reads it with
+ * `context.values.get(PEER_ADDRESS)`: the node API binds a node's advertised
+ * URL to where its heartbeats come from.
+ */
+export const PEER_ADDRESS = createContextKey<string | undefined>(undefined, { description: "peer address" });
 
 /** One RPC service and its implementation. */
 export interface ServiceRegistration<S extends DescService = DescService> {
@@ -96,6 +111,11 @@ export interface RunningServer {
   close(options?: { graceMs?: number }): Promise<void>;
 }
 
+/** `::ffff:10.0.0.7` (an IPv4 peer of a listener on `::`) as `10.0.0.7`, the spelling a URL gives it. */
+function unmappedAddress(address: string | undefined): string | undefined {
+  return address?.startsWith("::ffff:") && address.includes(".") ? address.slice("::ffff:".length) : address;
+}
+
 /**
  * Health checks come every few seconds from probes and belong to no trace:
  * without a caller's trace context they leave no span (each was a lone
@@ -154,6 +174,7 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
       ...(options.interceptors ?? []),
     ],
     fallback: options.fallback as Parameters<typeof connectNodeAdapter>[0]["fallback"],
+    contextValues: (req) => createContextValues().set(PEER_ADDRESS, unmappedAddress(req.socket.remoteAddress)),
   });
   const openEnded = openEndedPaths([...options.services.map((s) => s.service), ReflectionV1, ReflectionV1alpha]);
   const server = createSniffingServer(guarded(handler as RequestHandler, logger), {

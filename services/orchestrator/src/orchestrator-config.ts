@@ -16,6 +16,7 @@ import {
   envUrlList,
 } from "@oz0/serving";
 import { HOOK_ISOLATION_SETTINGS } from "./policy/hook-isolation.js";
+import type { NodeIdentitySettings } from "./cluster/node-identity.js";
 import type { OrchestratorConfig } from "./start-orchestrator.js";
 
 /** Everything `startOrchestrator` takes from the environment (the logger is the caller's). */
@@ -31,6 +32,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
   const nodePort = envPort(env, "OZ0_NODE_PORT");
   const nodeStaleAfterMs = envInteger(env, "OZ0_NODE_STALE_AFTER_MS", { min: 100, unit: "milliseconds" });
   const maxNodeCapacity = envInteger(env, "OZ0_MAX_NODE_CAPACITY", { min: 1, unit: "sessions" });
+  const nodeIdentity = nodeIdentityFromEnv(env);
   const tokenSweepMs = envInteger(env, "OZ0_TOKEN_SWEEP_MS", { min: 100, unit: "milliseconds" });
   const maxSessionStderrBytes = envInteger(env, "OZ0_MAX_SESSION_STDERR_BYTES", {
     min: 0,
@@ -64,6 +66,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(leaseTtlMs !== undefined ? { leaseTtlMs } : {}),
     ...(nodeToken ? { nodeToken } : {}),
     ...(nodePort !== undefined ? { nodePort } : {}),
+    ...(nodeIdentity ? { nodeIdentity } : {}),
     auth: authSettingsFromEnv(env),
     ...(nodeStaleAfterMs !== undefined ? { nodeStaleAfterMs } : {}),
     ...(maxNodeCapacity !== undefined ? { maxNodeCapacity } : {}),
@@ -78,4 +81,24 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
     ...(hookIsolation ? { hookIsolation } : {}),
   };
+}
+
+const NODE_IDENTITY_VARIABLES = [
+  "OZ0_NODE_IDENTITY_ISSUER",
+  "OZ0_NODE_IDENTITY_JWKS_FILE",
+  "OZ0_NODE_IDENTITY_SERVICE_ACCOUNT",
+] as const;
+
+/** The three settings of node identities, all or none: one alone would leave heartbeats unchecked without saying so. */
+function nodeIdentityFromEnv(env: NodeJS.ProcessEnv): NodeIdentitySettings | undefined {
+  const [issuer, jwksFile, serviceAccount] = NODE_IDENTITY_VARIABLES.map((name) => envString(env, name));
+  if (issuer === undefined && jwksFile === undefined && serviceAccount === undefined) return undefined;
+  const missing = NODE_IDENTITY_VARIABLES.filter((name) => envString(env, name) === undefined);
+  if (missing.length > 0)
+    throw new EnvConfigError(
+      missing[0]!,
+      `set together with ${NODE_IDENTITY_VARIABLES.filter((name) => name !== missing[0]).join(" and ")} (node identities, deploy/k8s/README.md)`,
+      "",
+    );
+  return { issuer: issuer!, jwksFile: jwksFile!, serviceAccount: serviceAccount! };
 }

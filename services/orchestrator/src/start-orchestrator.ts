@@ -22,6 +22,7 @@ import { JobRunner } from "./jobs/job-runner.js";
 import type { JobStore } from "./store/job-store.js";
 import { eventsTranscripts } from "./jobs/job-transcripts.js";
 import { LifecycleOutbox } from "./cluster/lifecycle-outbox.js";
+import { NodeIdentity, type NodeIdentitySettings } from "./cluster/node-identity.js";
 import { DurableTokens } from "./sessions/durable-tokens.js";
 import { LlmProxyClient } from "./sessions/llm-proxy-client.js";
 import { orchestratorServices } from "./rpc/orchestrator-service.js";
@@ -84,6 +85,11 @@ export interface OrchestratorConfig {
   nodeToken?: string;
   /** The node API's own port (OZ0_NODE_PORT); sandboxes' OZ0_ORCHESTRATOR_URL points here. Default 7710; 0 picks a free one. */
   nodePort?: number;
+  /**
+   * Sandbox nodes prove which pod they are (OZ0_NODE_IDENTITY_ISSUER, _JWKS_FILE, _SERVICE_ACCOUNT): each heartbeat
+   * carries the pod's projected service-account token and may register only that pod, at the address it came from.
+   */
+  nodeIdentity?: NodeIdentitySettings;
   /**
    * Who may call (people by OIDC, configured tokens or the owner credential;
    * roles from OZ0_AUTH_CONFIG), and this orchestrator's own service
@@ -217,6 +223,11 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
   ).map((runner) => orchestratorTracing.sessionRunner(runner));
   // Nodes that register themselves (several replicas share their capacity), or the configured list.
   const registered = config.nodeToken ? cluster.nodes : undefined;
+  if (config.nodeIdentity && !registered)
+    throw new Error(
+      "node identities (OZ0_NODE_IDENTITY_ISSUER) are for nodes that register themselves: set OZ0_NODE_TOKEN and DATABASE_URL too, or unset them",
+    );
+  const nodeIdentity = config.nodeIdentity ? new NodeIdentity(config.nodeIdentity) : undefined;
   if (!registered && sandboxes.length === 0) {
     throw new Error(
       cluster.nodes
@@ -335,6 +346,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       nodeListener = await startNodeListener({
         registry: registered,
         nodeToken: config.nodeToken!,
+        ...(nodeIdentity ? { identity: nodeIdentity } : {}),
         ...(config.maxNodeCapacity !== undefined ? { maxNodeCapacity: config.maxNodeCapacity } : {}),
         logger,
         host: config.host ?? "127.0.0.1",

@@ -79,6 +79,7 @@ export function startHeartbeatSidecar(config: HeartbeatSidecarConfig & { logger:
   const heartbeat = startNodeHeartbeat({
     orchestratorUrls: config.orchestratorUrls,
     nodeToken: config.nodeToken,
+    ...(config.identityTokenFile ? { identityTokenFile: config.identityTokenFile } : {}),
     nodeId: node.id,
     advertiseUrl: node.advertiseUrl,
     status,

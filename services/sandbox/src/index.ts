@@ -55,6 +55,8 @@ import {
   type ProcessLimitChoice,
 } from "./session-process-limit.js";
 
+export { startNodeHeartbeat } from "./node-heartbeat.js";
+export type { NodeHeartbeat, NodeHeartbeatOptions, NodeStatus } from "./node-heartbeat.js";
 export { configFromEnv, DEFAULT_HEARTBEAT_MS, DEFAULT_PORT, heartbeatSidecarConfigFromEnv } from "./sandbox-config.js";
 export type {
   HeartbeatSidecarConfig,

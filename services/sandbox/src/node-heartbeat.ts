@@ -6,17 +6,23 @@
 // sessions and the next heartbeat tries again. With several orchestrator
 // URLs a heartbeat goes to the one that last answered, and on to the next
 // when it does not: any replica records it in the shared registry.
+import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { SandboxNodeService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { isWildcardHost, type Logger } from "@oz0/serving";
+import { isWildcardHost, NODE_IDENTITY_HEADER, type Logger } from "@oz0/serving";
 
 export interface NodeHeartbeatOptions {
   /** One or more orchestrator replicas (or one Service URL in front of them). */
   orchestratorUrls: string[];
   /** OZ0_NODE_TOKEN, sent as `authorization: Bearer`. */
   nodeToken: string;
+  /**
+   * The file the kubelet keeps this pod's projected service-account token in (OZ0_NODE_IDENTITY_TOKEN_FILE), sent in
+   * NODE_IDENTITY_HEADER. Read again for every heartbeat: the kubelet replaces it well before it expires.
+   */
+  identityTokenFile?: string;
   nodeId: string;
   /** Where orchestrators reach this node's SandboxService. */
   advertiseUrl: string;
@@ -46,6 +52,9 @@ export interface NodeHeartbeat {
    */
   stop(options?: { drain?: boolean }): Promise<void>;
 }
+
+/** What an orchestrator answers a heartbeat it will never take as it is: the same at every replica. */
+const REFUSALS = new Set([Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument]);
 
 const LOOPBACK_HOST = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
 
@@ -91,22 +100,25 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
   let warnedInterval = false;
 
   /** Sends to the replica that answered last, then the others in turn; the first answer wins. */
-  async function send(status: NodeStatus): Promise<{ placed: number; staleAfterMs: number }> {
+  async function send(
+    status: NodeStatus,
+    identity: Record<string, string>,
+  ): Promise<{ placed: number; staleAfterMs: number }> {
     let failure: unknown;
     for (let tried = 0; tried < clients.length; tried++) {
       const { client } = clients[(current + tried) % clients.length]!;
       try {
         const response = await client.heartbeat(
           { nodeId: options.nodeId, url: options.advertiseUrl, capacity: status.capacity, running: status.running },
-          { headers, signal: abort.signal, timeoutMs },
+          { headers: { ...headers, ...identity }, signal: abort.signal, timeoutMs },
         );
         current = (current + tried) % clients.length;
         return response;
       } catch (error) {
         failure = error;
         const code = ConnectError.from(error).code;
-        // A refusal is the same at every replica (they share the token); only an unreachable one is skipped.
-        if (abort.signal.aborted || code === Code.Unauthenticated || code === Code.InvalidArgument) break;
+        // A refusal is the same at every replica (they share the token and the cluster's keys); only an unreachable one is skipped.
+        if (abort.signal.aborted || REFUSALS.has(code)) break;
       }
     }
     throw failure;
@@ -135,8 +147,11 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
       }
     }
     if (draining) status = { ...status, capacity: 0 };
+    const identity = await identityHeader();
+    // Without it every orchestrator refuses the heartbeat: as with an unreadable status, none is sent.
+    if (identity === undefined) return;
     try {
-      const response = await send(status);
+      const response = await send(status, identity);
       if (last !== "ok")
         logger.info(
           { ...context, capacity: status.capacity, placed: response.placed, staleAfterMs: response.staleAfterMs },
@@ -154,8 +169,7 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
       if (abort.signal.aborted) return;
       const err = ConnectError.from(error);
       // A refused token or identity is a configuration mistake; anything else may pass (the orchestrator restarts).
-      const misconfigured =
-        err.code === Code.Unauthenticated || err.code === Code.InvalidArgument || err.code === Code.Unimplemented;
+      const misconfigured = REFUSALS.has(err.code) || err.code === Code.Unimplemented;
       // An orchestrator that is away answers "refused", then "reset", then a deadline: one lasting
       // failure, logged once until a heartbeat goes through. A refusal is logged for each new reason.
       const problem = misconfigured ? `${Code[err.code]}: ${err.rawMessage}` : "unreachable";
@@ -170,6 +184,25 @@ export function startNodeHeartbeat(options: NodeHeartbeatOptions): NodeHeartbeat
           ? "the orchestrator refuses this node's heartbeats; it gets no sessions until that is fixed"
           : "could not send a heartbeat to the orchestrator; trying again",
       );
+    }
+  }
+
+  /** The identity header with the token as it is now; undefined (logged once) when the file cannot be read. */
+  async function identityHeader(): Promise<Record<string, string> | undefined> {
+    if (options.identityTokenFile === undefined) return {};
+    try {
+      const token = (await readFile(options.identityTokenFile, "utf8")).trim();
+      if (token === "") throw new Error("the file is empty");
+      return { [NODE_IDENTITY_HEADER]: token };
+    } catch (error) {
+      const problem = "identity token unreadable";
+      if (problem !== last)
+        logger.error(
+          { ...context, file: options.identityTokenFile, err: (error as Error).message },
+          "cannot read this pod's identity token (OZ0_NODE_IDENTITY_TOKEN_FILE), so no heartbeat is sent (orchestrators stop placing here) until it can be read",
+        );
+      last = problem;
+      return undefined;
     }
   }
 

@@ -369,6 +369,11 @@ export interface HeartbeatSidecarConfig {
    * would let a harness that reads it register nodes of its choosing and be sent other jobs' sessions.
    */
   sandboxToken?: string;
+  /**
+   * The pod's projected service-account token (OZ0_NODE_IDENTITY_TOKEN_FILE), sent with each heartbeat so that
+   * orchestrators with node identities let this node register only itself.
+   */
+  identityTokenFile?: string;
   /** OZ0_NODE_ID. Default `<hostname>:<the sandbox's port>`, as the sandbox itself would send. */
   nodeId?: string;
   /** OZ0_ADVERTISE_URL. Default `http://<hostname>:<the sandbox's port>`. */
@@ -417,11 +422,13 @@ export function heartbeatSidecarConfigFromEnv(env: NodeJS.ProcessEnv): Heartbeat
   const nodeId = envString(env, "OZ0_NODE_ID");
   const advertiseUrl = envUrl(env, "OZ0_ADVERTISE_URL");
   const healthPort = envPort(env, "OZ0_HEALTH_PORT");
+  const identityTokenFile = envString(env, "OZ0_NODE_IDENTITY_TOKEN_FILE");
   return {
     sandboxUrl: envUrl(env, "OZ0_SANDBOX_URL") ?? `http://127.0.0.1:${DEFAULT_PORT}`,
     orchestratorUrls,
     nodeToken,
     ...(sandboxToken ? { sandboxToken } : {}),
+    ...(identityTokenFile ? { identityTokenFile } : {}),
     ...(nodeId ? { nodeId } : {}),
     ...(advertiseUrl ? { advertiseUrl } : {}),
     heartbeatMs: ms(env, "OZ0_HEARTBEAT_MS", 1) ?? DEFAULT_HEARTBEAT_MS,

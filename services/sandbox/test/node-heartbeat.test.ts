@@ -464,6 +464,11 @@ void describe("heartbeat sidecar", () => {
     );
     const base = { OZ0_ORCHESTRATOR_URL: "http://o:7700", OZ0_NODE_TOKEN: TOKEN };
     assert.equal(
+      heartbeatSidecarConfigFromEnv({ ...base, OZ0_NODE_IDENTITY_TOKEN_FILE: "/var/run/oz0/node-identity/token" })
+        .identityTokenFile,
+      "/var/run/oz0/node-identity/token",
+    );
+    assert.equal(
       heartbeatSidecarConfigFromEnv({ ...base, OZ0_NODE_TOKEN_FOR_SANDBOX: `${TOKEN}-sandbox` }).sandboxToken,
       `${TOKEN}-sandbox`,
     );

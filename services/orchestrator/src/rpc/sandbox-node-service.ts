@@ -2,6 +2,8 @@
 // heartbeats into the node registry. Sandboxes run untrusted code, so they
 // get no database credentials; they hold only the shared node token, and a
 // caller without it cannot register a node of its own and receive sessions.
+// With node identities (Kubernetes, cluster/node-identity.ts) a heartbeat
+// also proves which pod sent it, and may register only that pod's node.
 // The service is served on a listener of its own (startNodeListener), whose
 // only credential is the node token, so that token reaches nothing else.
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -9,12 +11,15 @@ import { SandboxNodeService, type HeartbeatRequest } from "@oz0/proto/oz0/orches
 import {
   Authenticator,
   credentialDigest,
+  NODE_IDENTITY_HEADER,
+  PEER_ADDRESS,
   registration,
   serve,
   type Logger,
   type RunningServer,
   type ServiceRegistration,
 } from "@oz0/serving";
+import { NodeIdentityError, type NodeIdentity } from "../cluster/node-identity.js";
 import type { SandboxNodeRegistry } from "../cluster/sandbox-node-registry.js";
 import { untracedProbes } from "../tracing.js";
 
@@ -24,6 +29,8 @@ export interface SandboxNodeServiceOptions {
   nodeToken: string;
   /** The most sessions a node may offer (OZ0_MAX_NODE_CAPACITY). Default DEFAULT_MAX_NODE_CAPACITY. */
   maxNodeCapacity?: number;
+  /** With it, a heartbeat must also carry its pod's identity token, and may register only that pod's node. */
+  identity?: NodeIdentity;
   logger?: Logger;
 }
 
@@ -53,17 +60,41 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
   }
   const maxCapacity = options.maxNodeCapacity ?? DEFAULT_MAX_NODE_CAPACITY;
   const known = new Map<string, string>();
+  const remember = (id: string, shape: string): void => {
+    known.delete(id);
+    known.set(id, shape);
+    if (known.size > MAX_KNOWN_NODES) known.delete(known.keys().next().value!);
+  };
   return [
     registration(SandboxNodeService, {
-      async heartbeat(request) {
+      async heartbeat(request, context) {
         const node = validNode(request, maxCapacity);
+        if (options.identity) {
+          try {
+            await options.identity.verify(context.requestHeader.get(NODE_IDENTITY_HEADER) ?? undefined, {
+              nodeId: node.id,
+              url: node.url,
+              peerAddress: context.values.get(PEER_ADDRESS),
+            });
+          } catch (error) {
+            if (!(error instanceof NodeIdentityError)) throw error;
+            const refused = `refused: ${error.message}`;
+            if (known.get(node.id) !== refused) {
+              // Once per node and reason: a misconfigured or forging node sends one every few seconds.
+              remember(node.id, refused);
+              options.logger?.warn(
+                { node: node.id, url: node.url, from: context.values.get(PEER_ADDRESS), reason: error.message },
+                "a heartbeat's node identity was refused",
+              );
+            }
+            throw new ConnectError(error.message, error.missing ? Code.Unauthenticated : Code.PermissionDenied);
+          }
+        }
         const registered = await options.registry.register(node);
         const shape = `${node.url} ${node.capacity}`;
         if (known.get(node.id) !== shape) {
           // Only what changed: a node sends one heartbeat every few seconds.
-          known.delete(node.id);
-          known.set(node.id, shape);
-          if (known.size > MAX_KNOWN_NODES) known.delete(known.keys().next().value!);
+          remember(node.id, shape);
           options.logger?.info(
             {
               node: node.id,

@@ -2422,7 +2422,12 @@ export const SecretService: GenService<{
  * credentials (they run untrusted code). Every call needs
  * `authorization: Bearer <OZ0_NODE_TOKEN>`, the token the orchestrators and
  * the sandboxes share: without it a caller could register a node of its own
- * and receive sessions (UNAUTHENTICATED).
+ * and receive sessions (UNAUTHENTICATED). Orchestrators with node identities
+ * (Kubernetes) also need the pod's projected service-account token, audience
+ * `oz0-node-api`, in the `oz0-node-identity` header: a heartbeat then
+ * registers only that pod's name as node_id, at a url whose host is the
+ * address it came from (UNAUTHENTICATED without the header,
+ * PERMISSION_DENIED when the token does not prove the heartbeat's claims).
  *
  * @generated from service oz0.orchestrator.v1.SandboxNodeService
  */
