@@ -18,6 +18,7 @@ import path from "node:path";
 import { before, describe, it } from "node:test";
 import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
 import {
+  allContainers,
   container,
   containerEnv,
   declaredReplicas,
@@ -31,7 +32,8 @@ import {
 } from "./support/workloads.js";
 
 const EVENTS = "events";
-const PRODUCERS = ["orchestrator", "sandbox", "llm-proxy"] as const;
+/** The services that publish (the sandbox does not: the orchestrator publishes what a node reports of its sessions). */
+const PRODUCERS = ["orchestrator", "llm-proxy"] as const;
 
 function eventsWorkloads(objects: K8sObject[]): Workload[] {
   return workloads(objects).filter((w) => w.name === EVENTS || w.podLabels["app.kubernetes.io/name"] === EVENTS);
@@ -158,6 +160,10 @@ export function serviceFindings(objects: K8sObject[]): string[] {
       findings.push(`Service ${serviceName} does not select the events pods on ${ports.events}`);
   }
 
+  const sandbox = workloads(objects).find((p) => p.name === "sandbox");
+  for (const c of sandbox ? allContainers(sandbox.pod) : [])
+    if (containerEnv(objects, c).OZ0_EVENTS_URL !== undefined)
+      findings.push(`sandbox/${c.name as string}: OZ0_EVENTS_URL is set, but the sandbox publishes no events`);
   for (const name of PRODUCERS) {
     const producer = workloads(objects).find((p) => p.name === name);
     if (!producer) continue;

@@ -1,9 +1,9 @@
 // Identity in the manifests (issue 19; the design every service implements):
 //  - each service's container gets its own credential (OZ0_SERVICE_TOKEN, from
 //    a Secret of its own) and the SHA-256 digests of exactly the peers it
-//    accepts (OZ0_PEER_<NAME>_SHA256): events accepts the orchestrator, the
-//    sandbox and the LLM proxy (Publish); the sandbox and the LLM proxy accept
-//    the orchestrator; the orchestrator accepts no service (people on its
+//    accepts (OZ0_PEER_<NAME>_SHA256): events accepts the orchestrator and the
+//    LLM proxy (Publish); the sandbox and the LLM proxy accept the
+//    orchestrator; the orchestrator accepts no service (people on its
 //    public API, the node token on its node API);
 //  - people's roles and OIDC (OZ0_AUTH_CONFIG) reach the orchestrator and the
 //    events service, as a mounted file;
@@ -80,11 +80,7 @@ for (const dir of overlayDirs()) {
       assert.deepEqual(digestsOf("orchestrator"), []);
       assert.deepEqual(digestsOf("sandbox"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
       assert.deepEqual(digestsOf("llm-proxy"), ["OZ0_PEER_ORCHESTRATOR_SHA256"]);
-      assert.deepEqual(digestsOf("events"), [
-        "OZ0_PEER_LLM_PROXY_SHA256",
-        "OZ0_PEER_ORCHESTRATOR_SHA256",
-        "OZ0_PEER_SANDBOX_SHA256",
-      ]);
+      assert.deepEqual(digestsOf("events"), ["OZ0_PEER_LLM_PROXY_SHA256", "OZ0_PEER_ORCHESTRATOR_SHA256"]);
     });
 
     void it("lets the orchestrator and the events service, and no other, read people's roles (OZ0_AUTH_CONFIG) from the oz0-auth ConfigMap", () => {
@@ -601,10 +597,21 @@ void describe("the identity checks catch mistakes", () => {
     const missing = broken(
       (o) =>
         (pod(o, "events").containers[0].env = pod(o, "events").containers[0].env.filter(
-          (e: Any) => e.name !== "OZ0_PEER_SANDBOX_SHA256",
+          (e: Any) => e.name !== "OZ0_PEER_LLM_PROXY_SHA256",
         )),
     );
     assert.match(peerDigestFindings(missing).join("\n"), /events\/events has .*, the design says/);
+    // The sandbox's, which events no longer accepts: a sandbox node's credential says no job's session ended.
+    const sandboxPublishes = broken((o) =>
+      pod(o, "events").containers[0].env.push({
+        name: "OZ0_PEER_SANDBOX_SHA256",
+        valueFrom: { configMapKeyRef: { name: "oz0-service-token-digests", key: "sandbox" } },
+      }),
+    );
+    assert.match(
+      peerDigestFindings(sandboxPublishes).join("\n"),
+      /events\/events has .*OZ0_PEER_SANDBOX_SHA256.*, the design says/,
+    );
     const wrongKey = broken(
       (o) =>
         (pod(o, "llm-proxy").containers[0].env.find(

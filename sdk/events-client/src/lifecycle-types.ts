@@ -11,7 +11,7 @@
 // it, and add its row to the events service's README (its test asks for it).
 
 /** A service that sends lifecycle events: the `source` of its raw events and `@oz0/<source>` its package. */
-export type LifecycleSource = "orchestrator" | "sandbox" | "llm-proxy";
+export type LifecycleSource = "orchestrator" | "llm-proxy";
 
 export interface LifecycleTypeInfo {
   /** The services that send it. */
@@ -26,11 +26,8 @@ export const LIFECYCLE_EVENTS = {
   "job.completed": { sentBy: ["orchestrator"], about: "a job ended with the harness's result" },
   "job.failed": { sentBy: ["orchestrator"], about: "a job ended in failure" },
   "job.cancelled": { sentBy: ["orchestrator"], about: "a job ended because someone cancelled it" },
-  "session.started": {
-    sentBy: ["orchestrator", "sandbox"],
-    about: "a harness process started for a job (the sandbox: on its node; the orchestrator: as the job saw it)",
-  },
-  "session.ended": { sentBy: ["sandbox"], about: "a harness process ended" },
+  "session.started": { sentBy: ["orchestrator"], about: "a job's harness process started, on the node it names" },
+  "session.ended": { sentBy: ["orchestrator"], about: "a job's harness process ended, as its node reported it" },
   "tool.called": { sentBy: ["orchestrator"], about: "the harness called a tool" },
   "permission.decided": {
     sentBy: ["orchestrator"],

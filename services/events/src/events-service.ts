@@ -26,12 +26,12 @@ const MAX_REFUSED_SENDS_LOGGED = 1_000;
  */
 function senderOf(context: HandlerContext): LifecycleSource {
   const principal = principalOf(context);
-  if (principal?.kind !== "service" || principal.id === "events")
-    throw new ConnectError(
-      "Publish takes events from the orchestrator, sandbox and llm-proxy services only, each with its own credential",
-      Code.PermissionDenied,
-    );
-  return principal.id;
+  if (principal?.kind === "service" && (principal.id === "orchestrator" || principal.id === "llm-proxy"))
+    return principal.id;
+  throw new ConnectError(
+    "Publish takes events from the orchestrator and llm-proxy services only, each with its own credential",
+    Code.PermissionDenied,
+  );
 }
 
 /** What Publish answers a call and PublishStream each batch (PublishResponse's and PublishStreamResponse's fields). */
@@ -84,10 +84,10 @@ export function eventsService(deps: EventsServiceDeps): ServiceImpl<typeof Event
   const refusedSends = new Set<string>();
   /**
    * Whether `sender` may publish an event of `type`: a known type only from a
-   * service its entry in LIFECYCLE_EVENTS names (a sandbox credential, which
-   * every sandbox node holds, cannot say a job completed or an approval was
-   * answered). A type this service does not know is kept with its envelope
-   * only (sayUnknown), whoever sends it.
+   * service its entry in LIFECYCLE_EVENTS names (the LLM proxy's credential
+   * cannot say a job completed or an approval was answered). A type this
+   * service does not know is kept with its envelope only (sayUnknown),
+   * whoever sends it.
    */
   const maySend = (sender: LifecycleSource, type: string): boolean => {
     if (!isLifecycleType(type)) return true;

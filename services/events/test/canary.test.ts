@@ -35,7 +35,7 @@ before(async () => {
     OZ0_EVENTS_DATA: dataDir,
     OZ0_LOG_LEVEL: "debug",
   });
-  for (const source of ["orchestrator", "sandbox", "llm-proxy"] as const)
+  for (const source of ["orchestrator", "llm-proxy"] as const)
     publishers.set(
       source,
       createEventPublisher({

@@ -82,7 +82,7 @@ void describe("toKafkaMessage", () => {
     const event = redacted("tool.called", {
       id: "ev-1",
       jobId: "job-9",
-      source: "sandbox",
+      source: "orchestrator",
       time: new Date("2026-01-05T10:00:00.250Z"),
       traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
       attributes: { tool_name: "read" },
@@ -92,7 +92,7 @@ void describe("toKafkaMessage", () => {
     assert.deepEqual(message.headers, {
       ce_specversion: "1.0",
       ce_id: "ev-1",
-      ce_source: "/oz0/sandbox",
+      ce_source: "/oz0/orchestrator",
       ce_type: "dev.oz0.tool.called.v1",
       ce_time: "2026-01-05T10:00:00.250Z",
       ce_subject: "job-9",

@@ -54,7 +54,7 @@ void test("a batch of large events of one job stays under the broker's request s
     Array.from({ length: 1_500 }, (_, i) =>
       rawEvent("tool.called", {
         jobId: "job-large",
-        source: "sandbox",
+        source: "orchestrator",
         toolCallId: `call-${i}`,
         attributes: { tool_name: "read", path: long },
       }),

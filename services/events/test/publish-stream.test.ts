@@ -99,7 +99,7 @@ void test("the publisher sends its batches over one stream, and unary Publish ca
   for (const withStream of [true, false]) {
     Object.assign(received, { streams: 0, streamBatches: 0, unary: 0, events: [] });
     const server = await stub(withStream);
-    const publisher = createEventPublisher({ url: server.url, token: testCredentials.services.sandbox });
+    const publisher = createEventPublisher({ url: server.url, token: testCredentials.services.orchestrator });
     const sent: string[] = [];
     for (let i = 0; i < 3; i++) {
       const batch = [
@@ -128,7 +128,7 @@ void test("a stream the service's restart ended: the next batch goes on a new on
   const first = await startEvents({ auth: testCredentials.settingsFor("events"), port, dataDir });
   const publisher = createEventPublisher({
     url: first.url,
-    token: testCredentials.services.sandbox,
+    token: testCredentials.services.orchestrator,
     logger: { warn: () => undefined, error: () => undefined },
     maxBackoffMs: 100,
   });
@@ -167,7 +167,7 @@ void test(
       ],
       {
         cwd: path.dirname(new URL(import.meta.url).pathname),
-        env: { ...process.env, URL: events.url, TOKEN: testCredentials.services.sandbox },
+        env: { ...process.env, URL: events.url, TOKEN: testCredentials.services.orchestrator },
         stdio: ["ignore", "ignore", "inherit"],
       },
     );

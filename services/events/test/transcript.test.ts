@@ -165,8 +165,8 @@ void describe("Transcript", () => {
   });
 
   void test("a type the service does not know adds no step, token or row to an operation, whoever sends it", async () => {
-    // Unknown types keep their envelope from any producer: the sandbox's credential (every node holds it)
-    // put 4e9 tokens and a step on the orchestrator's row, and opened rows of its own.
+    // Unknown types keep their envelope from any producer: the LLM proxy's credential (as the sandbox's could,
+    // while events took it) put 4e9 tokens and a step on the orchestrator's row, and opened rows of its own.
     const base = { jobId: "job-forged", sessionId: "s1", toolCallId: "call1", operationInvocationId: "inv1" };
     const real = await transcriptOf("job-forged", [
       rawEvent("harness.operation_started", {
@@ -177,7 +177,7 @@ void describe("Transcript", () => {
       }),
     ]);
     assert.equal(operations(real).get("inv1")?.steps.length, 0);
-    const forged = await eventsClient(events.url, "sandbox").publish({
+    const forged = await eventsClient(events.url, "llm-proxy").publish({
       events: [
         foreignEvent("model.call_done", { ...base, status: "completed", tokens: { inputTokens: 4_000_000_000 } }),
         foreignEvent("harness.operation_x", { ...base, operationInvocationId: "inv-fake", status: "running" }),
@@ -189,13 +189,13 @@ void describe("Transcript", () => {
     assert.deepEqual([...rows.keys()], ["inv1"], "no row of the sender's own");
     assert.equal(rows.get("inv1")!.steps.length, 0);
     assert.equal(rows.get("inv1")!.tokens?.inputTokens ?? 0, 0);
-    // They stay in the parent timeline, reduced, as the sandbox's.
+    // They stay in the parent timeline, reduced, as the LLM proxy's.
     const parent = transcript.rows.flatMap((r) => (r.row.case === "event" ? [r.row.value] : []));
     assert.deepEqual(
       parent.map((e) => [e.type, e.source, e.reduced]),
       [
-        ["model.call_done", "sandbox", true],
-        ["harness.operation_x", "sandbox", true],
+        ["model.call_done", "llm-proxy", true],
+        ["harness.operation_x", "llm-proxy", true],
       ],
     );
   });

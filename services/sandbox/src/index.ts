@@ -3,7 +3,6 @@ import os from "node:os";
 import { SandboxService } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import {
   Authenticator,
-  callerToken,
   createLogger,
   ephemeralRangeStart,
   READINESS,
@@ -16,7 +15,6 @@ import { chooseIsolation, type IsolationName } from "./isolation-choice.js";
 import { chooseSessionContainment, type ContainmentName } from "./containment-choice.js";
 import { detectLandlock } from "./landlock-launcher.js";
 import { findSetpriv } from "./parent-death-launcher.js";
-import { createLifecycleEvents } from "./lifecycle-events.js";
 import { defaultNodeIdentity, startNodeHeartbeat, type NodeHeartbeat } from "./node-heartbeat.js";
 import { defaultSessionPath } from "@oz0/harness/host";
 import {
@@ -255,15 +253,10 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
     logger.warn({ uids: range }, warning);
 
-  const eventsToken = callerToken(config.auth, "events");
-  const lifecycle =
-    config.eventsUrl !== undefined
-      ? createLifecycleEvents({
-          url: config.eventsUrl,
-          logger,
-          ...(eventsToken ? { token: eventsToken } : {}),
-        })
-      : undefined;
+  if (config.ignoredEventsUrl)
+    logger.warn(
+      "OZ0_EVENTS_URL is ignored: the sandbox publishes no events (the orchestrator publishes what a node reports of its sessions, session.started and session.ended, and the events service no longer accepts the sandbox's credential); unset it",
+    );
   // The sessions' spans join their jobs' traces through the sandbox (see telemetry-relay.ts).
   const traceRelay =
     config.sessionTraces !== undefined
@@ -331,7 +324,6 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxStderrWrittenBytes: config.maxSessionStderrWrittenBytes ?? DEFAULT_MAX_STDERR_WRITTEN_BYTES,
     maxStdoutBytes: config.maxSessionStdoutBytes ?? DEFAULT_MAX_STDOUT_BYTES,
     logger,
-    listener: lifecycle?.listener,
     ...(traceRelay !== undefined
       ? {
           traceRelay: {
@@ -368,7 +360,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     const rangeStart = ephemeralRangeStart();
     const exposed = servicePortsInEphemeralRange({
       own: server.port,
-      peers: [config.eventsUrl, ...(config.orchestratorUrls ?? [])],
+      peers: config.orchestratorUrls ?? [],
       rangeStart,
     });
     if (exposed.length > 0)
@@ -414,7 +406,6 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         users?.close();
         await traceRelay?.close();
         containment?.close();
-        await lifecycle?.close();
         await server.close();
       })();
       return closing;

@@ -124,8 +124,11 @@ export interface SandboxConfig {
    * The sandbox root and its parent are always hidden besides.
    */
   hiddenPaths?: string[];
-  /** The events service for lifecycle events (OZ0_EVENTS_URL); none when unset. */
-  eventsUrl?: string;
+  /**
+   * OZ0_EVENTS_URL was given: the sandbox published session.started and session.ended before 2026-12-07, and now
+   * nothing (the orchestrator publishes them), so the sandbox says it is ignored.
+   */
+  ignoredEventsUrl?: boolean;
   /** Between SIGTERM and SIGKILL on cancel (OZ0_CANCEL_GRACE_MS). Default 10 000. */
   cancelGraceMs?: number;
   /**
@@ -305,7 +308,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
       unit: "descriptors a session (0: no limit)",
     }),
     openFilesCheckMs: envInteger(env, "OZ0_SESSION_OPEN_FILES_CHECK_MS", { min: 10, unit: "ms" }),
-    eventsUrl: envUrl(env, "OZ0_EVENTS_URL"),
+    ...(envString(env, "OZ0_EVENTS_URL") !== undefined ? { ignoredEventsUrl: true } : {}),
     cancelGraceMs: ms(env, "OZ0_CANCEL_GRACE_MS"),
     sessionOrphanMs: ms(env, "OZ0_SESSION_ORPHAN_MS"),
     retentionMs: ms(env, "OZ0_SESSION_RETENTION_MS"),

@@ -158,10 +158,6 @@ export interface SandboxSessionOptions {
     log: RunSessionResponse[];
     answered: { answeredPermissions: ReadonlySet<string>; answeredToolCalls: ReadonlySet<string> };
   };
-  /** Lifecycle hooks for the registry and the events publisher. */
-  onStarted?: (session: SandboxSession) => void;
-  onEvent?: (session: SandboxSession, event: SessionEvent) => void;
-  onEnded?: (session: SandboxSession) => void;
   /** The session's directories are gone and it no longer counts against the node's limit; called once, before `exited` is logged. */
   onReleased?: (session: SandboxSession) => void;
 }
@@ -525,7 +521,6 @@ export class SandboxSession {
           startTime: this.startTime,
         },
       });
-      this.#options.onStarted?.(this);
     }
   }
 
@@ -703,7 +698,6 @@ export class SandboxSession {
     this.#events++;
     // Encoded once for the log file and the streams that follow it live (event-log.ts keeps it).
     this.#eventBytes += this.log.encoded(entry).byteLength;
-    this.#options.onEvent?.(this, event);
     if (event.event.case === "usage") {
       // One usage event per model call: past the turn limit the runtime stops
       // the session itself rather than trusting the harness to.
@@ -903,7 +897,6 @@ export class SandboxSession {
       status: SessionStatus[status] ?? String(status),
       failed: status === SessionStatus.FAILED || status === SessionStatus.TIMED_OUT,
     });
-    this.#options.onEnded?.(this);
   }
 
   #released = false;

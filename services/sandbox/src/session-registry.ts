@@ -7,7 +7,7 @@ import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { clone } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { ProtocolVersion, SessionRequestSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Landlock } from "./landlock-launcher.js";
 import type { Containment } from "@oz0/harness/host";
@@ -36,13 +36,6 @@ import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
 import { SessionOpenFilesGuard } from "./session-open-files-guard.js";
-
-/** Lifecycle hooks (the events publisher listens here). */
-export interface SessionLifecycleListener {
-  started?(session: SandboxSession): void;
-  event?(session: SandboxSession, event: SessionEvent): void;
-  ended?(session: SandboxSession): void;
-}
 
 export interface SessionRegistryOptions {
   root: string;
@@ -117,7 +110,6 @@ export interface SessionRegistryOptions {
   maxStderrWrittenBytes: number;
   maxStdoutBytes: number;
   logger: Logger;
-  listener?: SessionLifecycleListener;
   /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
   traceRelay?: { url: string; protocol: "http/protobuf" | "http/json"; exportPath(sessionId: string): string };
 }
@@ -371,7 +363,6 @@ export class SessionRegistry {
   #newSession(
     options: Pick<SandboxSessionOptions, "start" | "request" | "command" | "paths" | "isolation" | "adopted">,
   ): SandboxSession {
-    const listener = this.#options.listener;
     return new SandboxSession({
       ...options,
       diskBelowFloor: () => this.#diskGuard.belowFloor,
@@ -398,9 +389,6 @@ export class SessionRegistry {
       maxStdoutBytes: this.#options.maxStdoutBytes,
       logger: this.#options.logger,
       ...(this.#options.traceRelay !== undefined ? { traceRelay: this.#options.traceRelay } : {}),
-      onStarted: (s) => listener?.started?.(s),
-      onEvent: (s, event) => listener?.event?.(s, event),
-      onEnded: (s) => listener?.ended?.(s),
       onReleased: () => this.#active--,
     });
   }

@@ -69,8 +69,8 @@ export const ACCESS_TABLE: Readonly<Record<string, Access>> = {
   "oz0.llmproxy.v1.LlmProxyService/SummarizeUsage": orchestratorOnly,
 
   // Events: producers publish; people read the public stream.
-  "oz0.events.v1.EventsService/Publish": { services: ["orchestrator", "sandbox", "llm-proxy"] },
-  "oz0.events.v1.EventsService/PublishStream": { services: ["orchestrator", "sandbox", "llm-proxy"] },
+  "oz0.events.v1.EventsService/Publish": { services: ["orchestrator", "llm-proxy"] },
+  "oz0.events.v1.EventsService/PublishStream": { services: ["orchestrator", "llm-proxy"] },
   // The orchestrator asks for a job's transcript, and follows its events to send it again (WatchJobTranscript), on
   // behalf of its callers: clients then need only the orchestrator's address, as the events service is internal in a cluster.
   "oz0.events.v1.EventsService/Watch": { role: "viewer", services: ["orchestrator"] },

@@ -9,7 +9,9 @@ import { SERVICE_NAMES, type ServiceName } from "./principal.js";
 
 /** Which services each service accepts as callers. */
 export const ACCEPTED_PEERS: Readonly<Record<ServiceName, readonly ServiceName[]>> = {
-  events: ["orchestrator", "sandbox", "llm-proxy"],
+  // Not the sandbox: every sandbox node holds its credential beside agent code, and the orchestrator publishes what
+  // a node reports of its sessions (session.started, session.ended) for the jobs it placed there.
+  events: ["orchestrator", "llm-proxy"],
   sandbox: ["orchestrator"],
   "llm-proxy": ["orchestrator"],
   orchestrator: [],

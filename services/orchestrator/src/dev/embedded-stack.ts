@@ -524,7 +524,11 @@ export function stackServiceEnv(options: {
   sessionReadable?: readonly string[] | undefined;
 }): Record<string, string> {
   const { name, home, urls } = options;
-  const env: Record<string, string> = { ...(urls.events ? { OZ0_EVENTS_URL: urls.events } : {}), ...options.identity };
+  // The sandbox publishes nothing: what a node reports of its sessions, the orchestrator publishes.
+  const env: Record<string, string> = {
+    ...(urls.events && name !== "sandbox" ? { OZ0_EVENTS_URL: urls.events } : {}),
+    ...options.identity,
+  };
   if (options.port !== undefined) env.OZ0_PORT = String(options.port);
   switch (name) {
     case "events":

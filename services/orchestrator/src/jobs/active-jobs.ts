@@ -8,12 +8,17 @@ import type { SessionResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { RequestIds } from "../approvals/request-ids.js";
 import type { AgentVersionRecord } from "../store/job-store.js";
 import type { SessionState } from "../sessions/session-driver.js";
+import type { SandboxMessage } from "../sessions/session-runner.js";
 
 /** A job this process follows: its agent version and where its session is. */
 export interface ActiveJob extends SessionState {
   agent: AgentVersionRecord;
   result?: SessionResult;
   exitError: string;
+  /** How its node isolates its session, as the node's `started` said (for session.started). */
+  isolation?: string;
+  /** Its session's exit as the node reported it, once heard (published as session.ended when the job ends). */
+  exit?: Extract<SandboxMessage, { kind: "exited" }>;
   /** Set when the harness broke the tool policy; the job fails with it. */
   violation?: string;
   /** Set when the sandbox failed the session (the harness broke the protocol or a limit); the job fails with it, whatever its result. */

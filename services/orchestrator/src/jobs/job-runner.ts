@@ -4,7 +4,8 @@
 // the approval service, and finishes the job with its result and artifacts.
 // On start-up it re-attaches to every job that was running.
 import { create } from "@bufbuild/protobuf";
-import { RuntimeToolResultSchema, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { RuntimeToolResultSchema, StopReason, type SessionEvent } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
@@ -458,6 +459,7 @@ export class JobRunner {
     const seqPatch: JobPatch = { sandboxSeq: message.seq };
     switch (message.kind) {
       case "started":
+        if (message.isolation) active.isolation = message.isolation;
         // Not written on its own: the session's next message (its first event, or its exit) stores a later seq,
         // and a re-attach before that replays this message, which changes nothing (issue 24: one transaction
         // less per job). Until then the stored seq is 0, "nothing heard from the session", which is true of the
@@ -590,7 +592,10 @@ export class JobRunner {
               jobId,
               sessionId: job?.sessionId ?? "",
               status: "running",
-              attributes: { harness_name: e.value.harnessName },
+              attributes: {
+                harness_name: e.value.harnessName,
+                ...(active.isolation ? { isolation: active.isolation } : {}),
+              },
             }),
           ],
         });
@@ -836,6 +841,28 @@ export class JobRunner {
     await this.#ownership.release(jobId);
   }
 
+  /** session.ended for a job whose session's exit was heard (undefined otherwise). */
+  #sessionEnded(job: JobRecord, active: ActiveJob | undefined): RawEvent | undefined {
+    const exit = active?.exit;
+    if (!exit || !this.#o.lifecycle) return undefined;
+    const stopReason = exit.result ? StopReason[exit.result.stopReason] : undefined;
+    return this.#o.lifecycle.event("session.ended", {
+      jobId: job.id,
+      sessionId: job.sessionId,
+      agentName: job.agentName,
+      agentVersion: String(job.agentVersion),
+      status: exit.status ?? "unknown",
+      attributes: {
+        ...(exit.signal ? { signal: exit.signal } : { exit_code: exit.exitCode }),
+        error_code: exit.errorCode ?? "",
+        // A name (`max_turns`), as every other event's stop reason, not the proto's number.
+        ...(stopReason ? { stop_reason: stopReason.toLowerCase() } : {}),
+        turns: exit.result?.turns ?? 0,
+        ...(job.startedAt ? { duration_ms: Date.now() - job.startedAt.getTime() } : {}),
+      },
+    });
+  }
+
   /** The job as it was before it ended (undefined when unknown). */
   async #endJob(jobId: string, options: { failure?: string }): Promise<JobRecord | undefined> {
     return this.#active.withLock(jobId, async () => {
@@ -857,6 +884,9 @@ export class JobRunner {
         },
         permissions: closed.permissions,
         lifecycle: [
+          // What its node reported of the session's end: published here, in the job's last write, rather than by
+          // the node, whose credential (held beside agent code on every node) could then say it of any job.
+          this.#sessionEnded(job, this.#active.get(jobId)),
           this.#o.lifecycle?.event(state === "succeeded" ? "job.completed" : `job.${state as "failed" | "cancelled"}`, {
             jobId,
             sessionId: job.sessionId,
@@ -939,6 +969,7 @@ function mergeSteps(a: AppendStep, b: AppendStep): AppendStep {
 /** Why the harness's exit fails its job, or "" when it does not. */
 /** What the session's exit says for the job's end (job-ending.ts): its result, how it exited, failed or took a stop. */
 function heardExit(active: ActiveJob, message: Extract<SandboxMessage, { kind: "exited" }>): void {
+  active.exit = message;
   if (!active.result && message.result) active.result = message.result;
   active.exitError = exitError(message);
   active.sessionFailure = message.failure;

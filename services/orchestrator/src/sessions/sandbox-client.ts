@@ -6,6 +6,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { PermissionAnswer, RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
   RunSessionRequestSchema,
+  IsolationMode,
   SandboxService,
   SessionStatus,
   type RunSessionRequest,
@@ -47,6 +48,21 @@ const PROTOCOL_ERROR_CODES = new Set([
   "nonzero_exit_after_result",
 ]);
 
+/** The isolation mode's name, as the sandbox's settings spell it (`OZ0_ISOLATION`). */
+const ISOLATION_NAMES: Partial<Record<IsolationMode, string>> = {
+  [IsolationMode.NONE]: "none",
+  [IsolationMode.BWRAP]: "bwrap",
+  [IsolationMode.USER]: "user",
+};
+
+/** How a session ended from the node's side, as session.ended's status says it. */
+const STATUS_NAMES: Partial<Record<SessionStatus, string>> = {
+  [SessionStatus.COMPLETED]: "completed",
+  [SessionStatus.FAILED]: "failed",
+  [SessionStatus.CANCELLED]: "cancelled",
+  [SessionStatus.TIMED_OUT]: "timed_out",
+};
+
 /**
  * `sessionId`: the session this stream follows, as the orchestrator named it (or, where it left that to the node, as
  * the node's `started` named it): a message's own session id is the node's word, and stderr is stored per session,
@@ -56,8 +72,10 @@ function toMessage(response: RunSessionResponse, sessionId: string): SandboxMess
   const seq = Number(response.seq);
   const m = response.message;
   switch (m.case) {
-    case "started":
-      return { seq, kind: "started", sessionId: response.sessionId };
+    case "started": {
+      const isolation = ISOLATION_NAMES[m.value.isolation];
+      return { seq, kind: "started", sessionId: response.sessionId, ...(isolation ? { isolation } : {}) };
+    }
     case "event":
       return { seq, kind: "event", event: m.value };
     case "stderr":
@@ -92,6 +110,8 @@ function toMessage(response: RunSessionResponse, sessionId: string): SandboxMess
         exitCode: e.how.case === "exitCode" ? e.how.value : 0,
         signal: e.how.case === "signal" ? e.how.value : "",
         error,
+        status: STATUS_NAMES[e.status] ?? "unknown",
+        errorCode: e.errorCode,
         ...(failure !== undefined ? { failure } : {}),
         ...(killed ? { killedAfterStop: `${e.errorCode}: ${e.errorMessage}` } : {}),
         ...(e.result ? { result: e.result } : {}),

@@ -20,7 +20,13 @@ export interface SessionArtifact {
 
 /** One message of a session, numbered by the sandbox (per session, from 1). */
 export type SandboxMessage =
-  | { seq: number; kind: "started"; sessionId: string }
+  | {
+      seq: number;
+      kind: "started";
+      sessionId: string;
+      /** How the node isolates it (`none`, `bwrap`, `user`), as the node says; for the job's session.started. */
+      isolation?: string;
+    }
   | { seq: number; kind: "event"; event: SessionEvent }
   /** A piece of the harness's stderr, the session token scrubbed; `droppedBytes` were written just before `text` and not kept. */
   | { seq: number; kind: "stderr"; sessionId: string; text: string; droppedBytes: number }
@@ -31,6 +37,10 @@ export type SandboxMessage =
       signal: string;
       /** What went wrong, when the session failed or timed out (`code: message`); empty otherwise. */
       error: string;
+      /** How it ended from the node's side (`completed`, `failed`, `cancelled`, `timed_out`), for session.ended. */
+      status?: string;
+      /** The node's code for the first problem it saw (`no_result`, `deadline_exceeded`, …); empty when none. */
+      errorCode?: string;
       /**
        * Set when the sandbox failed the session (the harness broke the
        * protocol or a limit): whoever consumes the session fails with it,
