@@ -23,7 +23,7 @@ import { NODE_IDENTITY_AUDIENCE, NODE_IDENTITY_HEADER, type RunningServer } from
 import { capturingLogger } from "@oz0/serving/testing";
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWTPayload } from "jose";
 import { NodeIdentity } from "../src/cluster/node-identity.js";
-import type { SandboxNode } from "../src/cluster/sandbox-node-registry.js";
+import { NodePinnedError, type SandboxNode } from "../src/cluster/sandbox-node-registry.js";
 import { configFromEnv } from "../src/orchestrator-config.js";
 import { startNodeListener } from "../src/rpc/sandbox-node-service.js";
 import { eventually } from "./support/eventually.js";
@@ -31,6 +31,9 @@ import { eventually } from "./support/eventually.js";
 const NODE_TOKEN = "node-token-for-identity-tests-0123456789";
 const ISSUER = "https://kubernetes.default.svc.cluster.local";
 const POD = "sandbox-7d9f8-abcde";
+const POD_UID = "6f1c2a4e-0d0b-4b7e-9a55-3f1f0b2d7c11";
+/** The URL at which the test's registry refuses the node, as the real one refuses a pod's token from elsewhere. */
+const PINNED_ELSEWHERE = "http://127.0.0.1:7799";
 
 interface ClusterKey {
   privateKey: CryptoKey;
@@ -45,9 +48,13 @@ async function clusterKey(): Promise<ClusterKey> {
 }
 
 /** A projected service-account token as the cluster issues it to `pod` (the claims of Kubernetes 1.30+). */
-function podToken(key: ClusterKey, overrides: { pod?: string | null; claims?: JWTPayload; expiresIn?: string } = {}) {
+function podToken(
+  key: ClusterKey,
+  overrides: { pod?: string | null; claims?: JWTPayload; expiresIn?: string; aheadSeconds?: number } = {},
+) {
   const pod = overrides.pod === undefined ? POD : overrides.pod;
-  const now = Math.floor(Date.now() / 1000);
+  // A cluster whose clock is ahead of the orchestrator's issues tokens valid from "later".
+  const now = Math.floor(Date.now() / 1000) + (overrides.aheadSeconds ?? 0);
   return new SignJWT({
     iss: ISSUER,
     aud: [NODE_IDENTITY_AUDIENCE],
@@ -55,7 +62,7 @@ function podToken(key: ClusterKey, overrides: { pod?: string | null; claims?: JW
     jti: randomUUID(),
     "kubernetes.io": {
       namespace: "oz0",
-      ...(pod === null ? {} : { pod: { name: pod, uid: randomUUID() } }),
+      ...(pod === null ? {} : { pod: { name: pod, uid: pod === POD ? POD_UID : randomUUID() } }),
       node: { name: "worker-1", uid: randomUUID() },
       serviceaccount: { name: "sandbox", uid: randomUUID() },
     },
@@ -85,7 +92,10 @@ void describe("node identities", () => {
     server = await startNodeListener({
       registry: {
         register: async (node) => {
-          registered.push(`${node.id} ${node.url}`);
+          // As the registry does for a pod's token from another URL than its pod's (sandbox-node-registry.test.ts).
+          if (node.url === PINNED_ELSEWHERE)
+            throw new NodePinnedError({ id: node.id, url: node.url, registeredUrl: "http://10.0.0.7:7701" });
+          registered.push(`${node.id} ${node.url} ${node.podUid}`);
           return { ...node, placed: 0 } as SandboxNode;
         },
         staleAfterMs: 15_000,
@@ -128,7 +138,7 @@ void describe("node identities", () => {
 
   void it("registers the pod its token was issued to, at the address its heartbeat comes from", async () => {
     await heartbeat(await podToken(cluster));
-    assert.deepEqual(registered.at(-1), `${POD} http://127.0.0.1:7701`);
+    assert.deepEqual(registered.at(-1), `${POD} http://127.0.0.1:7701 ${POD_UID}`);
   });
 
   void it("refuses a heartbeat with the node token alone, saying what the sidecar needs", async () => {
@@ -145,6 +155,18 @@ void describe("node identities", () => {
     );
     // A name is no address: it could resolve anywhere, so a node advertises its pod's IP.
     await refused(heartbeat(token, { url: "http://localhost:7701" }), Code.PermissionDenied, /not where/);
+    // The registry keeps a node at its pod's URL: the same pod's token elsewhere is refused, saying where it is.
+    await refused(
+      heartbeat(token, { url: PINNED_ELSEWHERE }),
+      Code.PermissionDenied,
+      /registered by its pod at http:\/\/10\.0\.0\.7:7701/,
+    );
+  });
+
+  void it("takes a token a little ahead of its clock, and names a clock far behind", async () => {
+    const ahead = (seconds: number) => podToken(cluster, { aheadSeconds: seconds });
+    await heartbeat(await ahead(20));
+    await refused(heartbeat(await ahead(600)), Code.PermissionDenied, /not valid yet by this orchestrator's clock/);
   });
 
   void it("refuses tokens the sandbox pods' projected volume would not hold", async () => {
@@ -183,14 +205,19 @@ void describe("node identities", () => {
     }
   });
 
-  void it("logs a refused identity once per node and reason, with where it came from", async () => {
+  void it("logs refused identities by the address they come from, not by the node ids they name", async () => {
+    const before = orchestratorLog.lines.filter((line) => line.code === "NODE_IDENTITY_REFUSED").length;
     const token = await podToken(cluster);
-    for (let i = 0; i < 3; i++)
-      await refused(heartbeat(token, { id: "sandbox-forger" }), Code.PermissionDenied, /not the pod/);
-    const lines = orchestratorLog.lines.filter((line) => line.node === "sandbox-forger");
-    assert.equal(lines.length, 1, JSON.stringify(lines));
-    assert.equal(lines[0]!.from, "127.0.0.1");
-    assert.match(lines[0]!.msg!, /node identity was refused/);
+    // A caller chooses the ids: a line per id would be a line per heartbeat.
+    for (let i = 0; i < 20; i++) {
+      await refused(heartbeat(token, { id: `sandbox-forger-${i}` }), Code.PermissionDenied, /not the pod/);
+      await refused(heartbeat(undefined, { id: `sandbox-nobody-${i}` }), Code.Unauthenticated, /TOKEN_FILE/);
+    }
+    const lines = orchestratorLog.lines.filter((line) => line.code === "NODE_IDENTITY_REFUSED").slice(before);
+    assert.ok(lines.length <= 1, JSON.stringify(lines));
+    const [line] = orchestratorLog.lines.filter((l) => l.code === "NODE_IDENTITY_REFUSED");
+    assert.equal(line!.from, "127.0.0.1");
+    assert.match(line!.msg!, /node identity was refused/);
   });
 
   void it("the heartbeat sidecar's side sends the token file, read again each heartbeat", async () => {
@@ -211,7 +238,8 @@ void describe("node identities", () => {
     });
     try {
       await eventually(
-        async () => (registered.includes("sandbox-from-file http://127.0.0.1:7701") ? true : undefined),
+        async () =>
+          registered.some((r) => r.startsWith("sandbox-from-file http://127.0.0.1:7701 ")) ? true : undefined,
         "the sidecar's node registered",
       );
       // The kubelet renews the file; a token for another pod put there is refused, and the sidecar says so.

@@ -9,7 +9,7 @@ import { after, before, describe, it } from "node:test";
 import type pg from "pg";
 import { createPostgresPool } from "../src/store/sql-database.js";
 import { PostgresJobStore } from "../src/store/postgres-store.js";
-import { SandboxNodeRegistry, type Placement } from "../src/cluster/sandbox-node-registry.js";
+import { NodePinnedError, SandboxNodeRegistry, type Placement } from "../src/cluster/sandbox-node-registry.js";
 import { databaseUrl, eventually, freshSchema, jobRecord } from "./postgres-test-support.js";
 
 const connectionString = databaseUrl();
@@ -62,6 +62,33 @@ void describe("sandbox node registry", () => {
     await Promise.all(opened.map((r) => r.close()));
     for (const schema of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await admin.end();
+  });
+
+  void it("keeps a node its pod registered at that pod's URL: the same pod's identity elsewhere is refused, another pod of its name takes it over", async () => {
+    const [registry] = await replicas(1);
+    const pod = { id: "sandbox-abc", capacity: 2, podUid: "uid-1" };
+    await registry!.register({ ...pod, url: "http://10.0.0.7:7701" });
+    await registry!.register({ ...pod, url: "http://10.0.0.7:7701" });
+    // A copy of the pod's token, sent from elsewhere: the node stays where its pod is, and says where.
+    await assert.rejects(
+      registry!.register({ ...pod, url: "http://10.0.0.66:7701" }),
+      (error: unknown) =>
+        error instanceof NodePinnedError && /registered by its pod at http:\/\/10\.0\.0\.7:7701/.test(error.message),
+    );
+    assert.deepEqual(
+      (await registry!.listLive()).map((n) => [n.id, n.url]),
+      [["sandbox-abc", "http://10.0.0.7:7701"]],
+    );
+    // A StatefulSet's next pod of that name, at its own address.
+    await registry!.register({ ...pod, podUid: "uid-2", url: "http://10.0.0.8:7701" });
+    assert.deepEqual(
+      (await registry!.listLive()).map((n) => n.url),
+      ["http://10.0.0.8:7701"],
+    );
+    // Without node identities a node's URL moves as its heartbeats say (a node restarted elsewhere).
+    await registry!.register({ id: "plain", capacity: 1, url: "http://10.0.0.9:7701" });
+    await registry!.register({ id: "plain", capacity: 1, url: "http://10.0.0.10:7701" });
+    assert.equal((await registry!.listLive()).find((n) => n.id === "plain")?.url, "http://10.0.0.10:7701");
   });
 
   void it("places sessions from two replicas at once without exceeding any node's capacity", async () => {

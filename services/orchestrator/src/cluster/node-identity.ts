@@ -44,6 +44,9 @@ export class NodeIdentityError extends Error {
   }
 }
 
+/** How far ahead of the orchestrator's clock a token's `nbf` and `iat` may be (and how far past its `exp`). */
+const CLOCK_TOLERANCE_SECONDS = 60;
+
 const SERVICE_ACCOUNT = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?):([a-z0-9]([-.a-z0-9]*[a-z0-9])?)$/;
 
 /** Throws, saying what to do, when the settings cannot verify anything; returns them checked. */
@@ -67,8 +70,11 @@ export class NodeIdentity {
     this.#subject = `system:serviceaccount:${settings.serviceAccount}`;
   }
 
-  /** Resolves when `token` proves the heartbeat's claims; throws NodeIdentityError saying which does not hold. */
-  async verify(token: string | undefined, claimed: ClaimedNode): Promise<void> {
+  /**
+   * The pod `token` proves, when it proves the heartbeat's claims; throws NodeIdentityError saying which does not
+   * hold. Its uid pins the node to the URL it first came with (the registry's `register`).
+   */
+  async verify(token: string | undefined, claimed: ClaimedNode): Promise<{ podUid: string }> {
     if (!token)
       throw new NodeIdentityError(
         `this orchestrator takes heartbeats only with the sandbox pod's own service-account token (audience ${NODE_IDENTITY_AUDIENCE}) in the ${NODE_IDENTITY_HEADER} header: give the heartbeat sidecar OZ0_NODE_IDENTITY_TOKEN_FILE, the path of that projected token (deploy/k8s/README.md, "Sandbox nodes")`,
@@ -81,12 +87,15 @@ export class NodeIdentity {
         audience: NODE_IDENTITY_AUDIENCE,
         subject: this.#subject,
         requiredClaims: ["exp"],
+        // The kubelet sends a renewed token at once: an orchestrator's clock a little behind the API server's must
+        // not refuse it as not yet valid, and every node at each renewal with it.
+        clockTolerance: CLOCK_TOLERANCE_SECONDS,
       }));
     } catch (error) {
       throw new NodeIdentityError(refusal(error, this.#subject));
     }
-    const pod = podName(payload);
-    if (pod === undefined)
+    const { name: pod, uid: podUid } = podOf(payload);
+    if (pod === undefined || podUid === undefined)
       throw new NodeIdentityError(
         "the identity token is not bound to a pod: it must be the projected token of the sandbox pod's own volume, not one made with `kubectl create token`",
       );
@@ -97,8 +106,9 @@ export class NodeIdentity {
     const host = new URL(claimed.url).hostname.replace(/^\[(.*)\]$/, "$1");
     if (claimed.peerAddress === undefined || host !== claimed.peerAddress)
       throw new NodeIdentityError(
-        `url ${claimed.url} is not where this heartbeat came from (${claimed.peerAddress ?? "an address no longer known"}): with node identities a node advertises its pod's own IP (OZ0_ADVERTISE_URL from status.podIP), so no node can send orchestrators elsewhere`,
+        `url ${claimed.url} is not where this heartbeat came from (${claimed.peerAddress ?? "an address no longer known"}): with node identities a node advertises its pod's own IP (OZ0_ADVERTISE_URL from status.podIP), so no node can send orchestrators to another host`,
       );
+    return { podUid };
   }
 
   /** The key set, read again when the file changed (the operator replaced it after the cluster's keys rotated). */
@@ -133,17 +143,21 @@ function readKeys(file: string): JSONWebKeySet {
   return document as JSONWebKeySet;
 }
 
-/** `kubernetes.io.pod.name` of a bound service-account token. */
-function podName(payload: JWTPayload): string | undefined {
-  const kubernetes = payload["kubernetes.io"] as { pod?: { name?: unknown } } | undefined;
-  const name = kubernetes?.pod?.name;
-  return typeof name === "string" && name !== "" ? name : undefined;
+/** `kubernetes.io.pod` of a bound service-account token: its name and uid. */
+function podOf(payload: JWTPayload): { name?: string; uid?: string } {
+  const pod = (payload["kubernetes.io"] as { pod?: { name?: unknown; uid?: unknown } } | undefined)?.pod;
+  const text = (value: unknown): string | undefined => (typeof value === "string" && value !== "" ? value : undefined);
+  const name = text(pod?.name);
+  const uid = text(pod?.uid);
+  return { ...(name ? { name } : {}), ...(uid ? { uid } : {}) };
 }
 
 function refusal(error: unknown, subject: string): string {
   if (error instanceof NodeIdentityError) return error.message;
   if (error instanceof errors.JWTExpired)
     return "the identity token has expired: the kubelet renews the projected token; the sidecar reads the file again each heartbeat";
+  if (error instanceof errors.JWTClaimValidationFailed && (error.claim === "nbf" || error.claim === "iat"))
+    return `the identity token is not valid yet by this orchestrator's clock (${error.reason}): its clock is more than ${CLOCK_TOLERANCE_SECONDS} s behind the cluster's; synchronise it (NTP)`;
   if (error instanceof errors.JWTClaimValidationFailed)
     return error.claim === "sub"
       ? `the identity token is not of the sandbox pods' service account (${subject}; OZ0_NODE_IDENTITY_SERVICE_ACCOUNT)`

@@ -66,6 +66,16 @@ function toNode(row: NodeRow): SandboxNode {
   };
 }
 
+/** A heartbeat with the identity of the pod that registered a node, from another URL than that pod's (register). */
+export class NodePinnedError extends Error {
+  constructor(node: { id: string; url: string; registeredUrl: string }) {
+    super(
+      `node ${node.id} was registered by its pod at ${node.registeredUrl}, and a pod keeps its address for life: the same pod's identity from ${node.url} is a copy of its token, refused`,
+    );
+    this.name = "NodePinnedError";
+  }
+}
+
 export interface SandboxNodeRegistryOptions {
   /** The store's pool, or connection options for one of its own. */
   pool?: pg.Pool;
@@ -102,17 +112,29 @@ export class SandboxNodeRegistry {
   /**
    * Registers a node (or updates its URL and capacity when it restarts);
    * counts as a heartbeat, so it frees the node's slots whose jobs ended
-   * (the RPC handler calls this on every heartbeat).
+   * (the RPC handler calls this on every heartbeat). `podUid`: the pod its
+   * identity token proved (node identities). A node registered by a pod
+   * stays at the URL it came with while that pod's token registers it: a
+   * pod keeps its address for life, so the same pod elsewhere is a copy of
+   * its token, refused with NodePinnedError. Another pod of that name (a
+   * StatefulSet's next) takes the node over.
    */
-  async register(node: { id: string; url: string; capacity: number }): Promise<SandboxNode> {
+  async register(node: { id: string; url: string; capacity: number; podUid?: string }): Promise<SandboxNode> {
     return withTransaction(this.#pool, async (client) => {
       const freed = await this.#freeEnded(client, node.id);
       const { rows } = await client.query<NodeRow>(
-        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat) VALUES ($1, $2, $3, 0, now(), now())
-         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4, last_heartbeat = now()
+        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat, pod_uid) VALUES ($1, $2, $3, 0, now(), now(), $5)
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4, last_heartbeat = now(), pod_uid = excluded.pod_uid
+         WHERE excluded.pod_uid = '' OR sandbox_nodes.pod_uid <> excluded.pod_uid OR sandbox_nodes.url = excluded.url
          RETURNING *`,
-        [node.id, node.url, node.capacity, freed],
+        [node.id, node.url, node.capacity, freed, node.podUid ?? ""],
       );
+      if (rows.length === 0) {
+        const { rows: pinned } = await client.query<{ url: string }>("SELECT url FROM sandbox_nodes WHERE id = $1", [
+          node.id,
+        ]);
+        throw new NodePinnedError({ id: node.id, url: node.url, registeredUrl: pinned[0]?.url ?? "?" });
+      }
       return toNode(rows[0]!);
     });
   }

@@ -15,12 +15,13 @@ import {
   PEER_ADDRESS,
   registration,
   serve,
+  SummarisedLog,
   type Logger,
   type RunningServer,
   type ServiceRegistration,
 } from "@oz0/serving";
 import { NodeIdentityError, type NodeIdentity } from "../cluster/node-identity.js";
-import type { SandboxNodeRegistry } from "../cluster/sandbox-node-registry.js";
+import { NodePinnedError, type SandboxNode, type SandboxNodeRegistry } from "../cluster/sandbox-node-registry.js";
 import { untracedProbes } from "../tracing.js";
 
 export interface SandboxNodeServiceOptions {
@@ -60,6 +61,15 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
   }
   const maxCapacity = options.maxNodeCapacity ?? DEFAULT_MAX_NODE_CAPACITY;
   const known = new Map<string, string>();
+  // By source address, the first at once and the rest summed up a minute: a heartbeat comes every few seconds.
+  const refusals = new SummarisedLog<"NODE_IDENTITY_REFUSED">({
+    otherSources: "(other addresses)",
+    summarise: (from, { kind, details, total }) =>
+      options.logger?.warn(
+        { code: kind, from, heartbeats: total, nodes: Object.fromEntries(details) },
+        `${total} more heartbeats from ${from} were refused for their node identity`,
+      ),
+  });
   const remember = (id: string, shape: string): void => {
     known.delete(id);
     known.set(id, shape);
@@ -69,28 +79,33 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
     registration(SandboxNodeService, {
       async heartbeat(request, context) {
         const node = validNode(request, maxCapacity);
-        if (options.identity) {
-          try {
-            await options.identity.verify(context.requestHeader.get(NODE_IDENTITY_HEADER) ?? undefined, {
+        const peer = context.values.get(PEER_ADDRESS);
+        let podUid: string | undefined;
+        let registered: SandboxNode;
+        try {
+          if (options.identity)
+            ({ podUid } = await options.identity.verify(context.requestHeader.get(NODE_IDENTITY_HEADER) ?? undefined, {
               nodeId: node.id,
               url: node.url,
-              peerAddress: context.values.get(PEER_ADDRESS),
-            });
-          } catch (error) {
-            if (!(error instanceof NodeIdentityError)) throw error;
-            const refused = `refused: ${error.message}`;
-            if (known.get(node.id) !== refused) {
-              // Once per node and reason: a misconfigured or forging node sends one every few seconds.
-              remember(node.id, refused);
-              options.logger?.warn(
-                { node: node.id, url: node.url, from: context.values.get(PEER_ADDRESS), reason: error.message },
-                "a heartbeat's node identity was refused",
-              );
-            }
-            throw new ConnectError(error.message, error.missing ? Code.Unauthenticated : Code.PermissionDenied);
-          }
+              peerAddress: peer,
+            }));
+          registered = await options.registry.register({ ...node, ...(podUid ? { podUid } : {}) });
+        } catch (error) {
+          if (!(error instanceof NodeIdentityError || error instanceof NodePinnedError)) throw error;
+          // Logged by source address, not by node id: a caller with the node token alone chooses the id, and
+          // logged a line per id it made up.
+          const kind = error instanceof NodeIdentityError && error.missing ? "missing" : "refused";
+          refusals.add(peer ?? "?", "NODE_IDENTITY_REFUSED", `${kind} ${node.id}`, () =>
+            options.logger?.warn(
+              { code: "NODE_IDENTITY_REFUSED", node: node.id, url: node.url, from: peer, reason: error.message },
+              "a heartbeat's node identity was refused",
+            ),
+          );
+          throw new ConnectError(
+            error.message,
+            error instanceof NodeIdentityError && error.missing ? Code.Unauthenticated : Code.PermissionDenied,
+          );
         }
-        const registered = await options.registry.register(node);
         const shape = `${node.url} ${node.capacity}`;
         if (known.get(node.id) !== shape) {
           // Only what changed: a node sends one heartbeat every few seconds.

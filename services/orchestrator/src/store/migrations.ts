@@ -398,6 +398,16 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     present: (p) => p.hasColumn("jobs", "rule_broken"),
     up: (db) => [db.schema.alterTable("jobs").addColumn("rule_broken", "text", (c) => c.notNull().defaultTo(""))],
   },
+  {
+    version: 20,
+    name: "the pod a sandbox node was registered by",
+    part: "cluster",
+    only: "postgres",
+    // With node identities a node's row keeps the uid of the pod whose token registered it: a pod keeps its address
+    // for life, so that pod's token from another address (a copy of it) cannot move the node, its sessions with it.
+    present: (p) => p.hasColumn("sandbox_nodes", "pod_uid"),
+    up: (db) => [db.schema.alterTable("sandbox_nodes").addColumn("pod_uid", "text", (c) => c.notNull().defaultTo(""))],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */
