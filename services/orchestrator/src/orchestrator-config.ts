@@ -38,6 +38,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     min: 0,
     unit: "bytes (0 keeps none)",
   });
+  const maxSessionBytes = envInteger(env, "OZ0_MAX_SESSION_BYTES", { min: 1, unit: "bytes" });
   const maxWaitingApprovals = envInteger(env, "OZ0_MAX_WAITING_APPROVALS", { min: 1, unit: "calls" });
   const maxOperationsPerJob = envInteger(env, "OZ0_MAX_OPERATIONS_PER_JOB", { min: 1, unit: "operations" });
   const defaultBudgetUsd = envNumber(env, "OZ0_DEFAULT_MAX_BUDGET_USD", { min: 0.01, unit: "US dollars" });
@@ -72,6 +73,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): OrchestratorConfig {
     ...(maxNodeCapacity !== undefined ? { maxNodeCapacity } : {}),
     ...(tokenSweepMs !== undefined ? { tokenSweepMs } : {}),
     ...(maxSessionStderrBytes !== undefined ? { maxSessionStderrBytes } : {}),
+    ...(maxSessionBytes !== undefined ? { maxSessionBytes } : {}),
     ...(maxWaitingApprovals !== undefined ? { maxWaitingApprovals } : {}),
     ...(maxOperationsPerJob !== undefined ? { maxOperationsPerJob } : {}),
     ...(defaultBudgetUsd !== undefined ? { defaultBudgetUsd } : {}),

@@ -121,6 +121,11 @@ export interface OrchestratorConfig {
   /** What a session may spend when its agent sets no harness.max_budget_usd (OZ0_DEFAULT_MAX_BUDGET_USD). */
   defaultBudgetUsd?: number;
   /**
+   * The most a sandbox node may send about one session (OZ0_MAX_SESSION_BYTES): past it the session is cancelled
+   * at its node and its job fails. Default 1 GiB (session-driver.ts says why).
+   */
+  maxSessionBytes?: number;
+  /**
    * Most WatchJobTranscript streams one person holds open at once on this
    * replica (OZ0_MAX_TRANSCRIPT_WATCHES_PER_PERSON); more are refused with
    * RESOURCE_EXHAUSTED. Default 32.
@@ -203,6 +208,9 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
       `OZ0_MAX_SESSION_STDERR_BYTES must be a whole number of bytes (0 keeps none); got ${String(stderrBytes)}`,
     );
   }
+  const sessionBytes = config.maxSessionBytes;
+  if (sessionBytes !== undefined && !(Number.isInteger(sessionBytes) && sessionBytes >= 1))
+    throw new Error(`OZ0_MAX_SESSION_BYTES must be a whole number of bytes, at least 1; got ${String(sessionBytes)}`);
   // On PostgreSQL the orchestrator is one replica of many (one is a cluster of one): jobs are leased.
   // Otherwise it is the only one, on its own store.
   const cluster: Cluster =
@@ -283,6 +291,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     ...(config.maxWaitingApprovals !== undefined ? { maxWaitingApprovals: config.maxWaitingApprovals } : {}),
     ...(config.maxOperationsPerJob !== undefined ? { maxOperationsPerJob: config.maxOperationsPerJob } : {}),
     ...(config.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: config.defaultBudgetUsd } : {}),
+    ...(config.maxSessionBytes !== undefined ? { maxSessionBytes: config.maxSessionBytes } : {}),
   });
   // Graph versions, graph jobs and their checkpoints: beside the jobs (PostgreSQL), or a SQLite file of their own under the data directory.
   const graphStore = await openGraphStore({
@@ -302,6 +311,7 @@ export async function startOrchestrator(config: OrchestratorConfig = {}): Promis
     logger,
     ...(lifecycle ? { lifecycle } : {}),
     ownership: cluster.ownership,
+    ...(config.maxSessionBytes !== undefined ? { maxSessionBytes: config.maxSessionBytes } : {}),
   });
   const consoleLogin = new ConsoleLogin({ sessionsFile: path.join(home, "console-sessions.json") });
   const server = await serve({

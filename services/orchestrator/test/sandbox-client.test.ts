@@ -1,12 +1,13 @@
 // The sandbox client against a node that is gone: a stream opened to it
 // fails when it is read, never before, so a replica re-attaching to a dead
 // node's sessions (reading the store in between) does not crash. And against
-// a node that answers more than a session's artifacts can hold.
+// a node that answers more than a session's artifacts can hold. Each message
+// says what the node sent for it, for the session's byte budget.
 import assert from "node:assert/strict";
 import { createServer as createHttp2Server } from "node:http2";
 import { createServer } from "node:net";
 import { test } from "node:test";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
 import {
@@ -100,16 +101,16 @@ void test("a sandbox that refuses this orchestrator's credential gives a typed e
   }
 });
 
-/** A node on loopback whose RunSession answers with `responses`, whatever it is asked. */
+/** A node on loopback whose RunSession answers with `responses`, whatever it is asked (`signal`: the call's end). */
 async function fakeNode(
-  responses: () => AsyncGenerator<RunSessionResponse>,
+  responses: (signal: AbortSignal) => AsyncGenerator<RunSessionResponse>,
 ): Promise<{ url: string; close(): Promise<void> }> {
   const handler = connectNodeAdapter({
     acceptCompression: [compressionGzip],
     compressMinBytes: 1024,
     routes: (router) =>
       router.service(SandboxService, {
-        runSession: () => responses(),
+        runSession: (_requests, context) => responses(context.signal),
         listSessions: () => ({}),
         cancelSession: () => ({}),
       }),
@@ -168,6 +169,53 @@ void test("stderr is the followed session's, whatever session id the node puts o
     const ids: string[] = [];
     for await (const message of channel) if (message.kind === "stderr") ids.push(message.sessionId);
     assert.deepEqual(ids, ["ses_followed", "ses_followed", "ses_followed"]);
+  } finally {
+    await node.close();
+  }
+});
+
+void test("each message says how many bytes the node sent for it, what answered nothing of the session's included", async () => {
+  // What the session's byte budget counts (session-driver.ts): a node cannot send unweighed.
+  const responses = [
+    create(RunSessionResponseSchema, { seq: 1n, sessionId: "ses_w", message: { case: "started", value: {} } }),
+    create(RunSessionResponseSchema, {
+      seq: 2n,
+      sessionId: "ses_w",
+      message: { case: "stderr", value: { text: "é".repeat(1000) } },
+    }),
+    // Answers this stream only: no message of its own, weighed with the next.
+    create(RunSessionResponseSchema, { message: { case: "rejected", value: { code: "x", message: "y".repeat(500) } } }),
+    create(RunSessionResponseSchema, {
+      seq: 3n,
+      sessionId: "ses_w",
+      message: {
+        case: "artifacts",
+        value: { patch: "+ü\n", files: [{ path: "out/é.bin", content: new Uint8Array(3000) }], error: "some" },
+      },
+    }),
+  ];
+  const node = await fakeNode(async function* (signal) {
+    yield* responses;
+    // Open until the client lets it go, as a session's stream is: one that ended while the client's half was open
+    // could reach it as a reset before its last message.
+    await new Promise((resolve) => signal.addEventListener("abort", resolve));
+  });
+  try {
+    const channel = new SandboxClient({ url: node.url }).reattach({ sessionId: "ses_w", afterSeq: 0 });
+    const weighed: [number, number | undefined][] = [];
+    for await (const message of channel) {
+      weighed.push([message.seq, message.bytes]);
+      if (weighed.length === 3) break;
+    }
+    channel.close();
+    const encoded = (i: number): number => toBinary(RunSessionResponseSchema, responses[i]!).byteLength;
+    assert.deepEqual(weighed, [
+      [1, encoded(0)],
+      [2, encoded(1)],
+      // Artifacts by what they hold: the patch, the files' paths and contents, the node's error.
+      [3, encoded(2) + Buffer.byteLength("+ü\n") + Buffer.byteLength("out/é.bin") + 3000 + Buffer.byteLength("some")],
+    ]);
+    assert.ok(encoded(1) > 2000, "the stderr piece is weighed in bytes, not characters");
   } finally {
     await node.close();
   }

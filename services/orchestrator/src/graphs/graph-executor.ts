@@ -75,6 +75,8 @@ export interface SessionGraphExecutorOptions {
   halt?: AbortSignal;
   /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
   pollMs?: number;
+  /** The most a node may send about one custom step's session (OZ0_MAX_SESSION_BYTES). Default 1 GiB. */
+  maxSessionBytes?: number;
 }
 
 /** A promise that never settles: what a halted run's steps return, so the engine records nothing for them. */
@@ -188,7 +190,10 @@ export class SessionGraphExecutor implements GraphExecutor {
 
   constructor(options: SessionGraphExecutorOptions) {
     this.#o = options;
-    this.#sessions = new SessionDriver({ placement: options.placement });
+    this.#sessions = new SessionDriver({
+      placement: options.placement,
+      ...(options.maxSessionBytes !== undefined ? { maxSessionBytes: options.maxSessionBytes } : {}),
+    });
   }
 
   async runAgent(request: AgentRequest): Promise<{ text: string }> {

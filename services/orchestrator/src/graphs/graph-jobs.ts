@@ -77,6 +77,8 @@ export interface GraphJobsOptions {
   ownership?: JobOwnership;
   /** How often a step's job is read from the store while the step waits for it. Default 1 s. */
   stepPollMs?: number;
+  /** The most a node may send about one custom step's session (OZ0_MAX_SESSION_BYTES). Default 1 GiB. */
+  maxSessionBytes?: number;
 }
 
 /** A graph run this replica works on. */
@@ -391,6 +393,7 @@ export class GraphJobs {
       pluginPath: graph.pluginPath,
       halt: halt.signal,
       ...poll,
+      ...(this.#o.maxSessionBytes !== undefined ? { maxSessionBytes: this.#o.maxSessionBytes } : {}),
       onStepWork: (w) => {
         if (!live()) return;
         const by = w.jobId ? `job ${w.jobId}` : `session ${w.sessionId ?? ""}`;

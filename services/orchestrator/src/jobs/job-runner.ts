@@ -96,6 +96,11 @@ export interface JobRunnerOptions {
   stopWaitMs?: number;
   /** What a session may spend when its agent sets no harness.max_budget_usd (OZ0_DEFAULT_MAX_BUDGET_USD). Default: nothing bounds it. */
   defaultBudgetUsd?: number;
+  /**
+   * The most a node may send about one session, its job's or a harness operation's scratch session
+   * (OZ0_MAX_SESSION_BYTES); past it the session is cancelled and its job fails. Default 1 GiB.
+   */
+  maxSessionBytes?: number;
 }
 
 /**
@@ -133,6 +138,7 @@ export class JobRunner {
       ...(options.maxOperationsPerJob !== undefined ? { maxPerJob: options.maxOperationsPerJob } : {}),
       ...(options.stopWaitMs !== undefined ? { stopWaitMs: options.stopWaitMs } : {}),
       ...(options.defaultBudgetUsd !== undefined ? { defaultBudgetUsd: options.defaultBudgetUsd } : {}),
+      ...(options.maxSessionBytes !== undefined ? { maxSessionBytes: options.maxSessionBytes } : {}),
     });
     this.#approvals = new ApprovalService({ ...options, ownership: this.#ownership, active: this.#active });
     this.#stops = new SessionStops({

@@ -66,6 +66,8 @@ export interface JobSessionsOptions {
   finish(jobId: string, options: { failure?: string }): Promise<void>;
   /** The budget of a session whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD); none by default. */
   defaultBudgetUsd?: number;
+  /** The most a node may send about the job's session (OZ0_MAX_SESSION_BYTES). Default 1 GiB. */
+  maxSessionBytes?: number;
 }
 
 export class JobSessions {
@@ -80,6 +82,7 @@ export class JobSessions {
       logger: options.logger,
       ...(options.reattachAttempts !== undefined ? { reattachAttempts: options.reattachAttempts } : {}),
       ...(options.reattachWindowMs !== undefined ? { reattachWindowMs: options.reattachWindowMs } : {}),
+      ...(options.maxSessionBytes !== undefined ? { maxSessionBytes: options.maxSessionBytes } : {}),
     });
   }
 

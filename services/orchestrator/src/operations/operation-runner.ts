@@ -109,6 +109,8 @@ export interface OperationRunnerOptions {
   stopWaitMs?: number;
   /** The budget of a parent whose agent sets none (OZ0_DEFAULT_MAX_BUDGET_USD); none by default. */
   defaultBudgetUsd?: number;
+  /** The most a node may send about one scratch session (OZ0_MAX_SESSION_BYTES). Default 1 GiB. */
+  maxSessionBytes?: number;
   /** Operations of one job that run at once in this process (OZ0_MAX_OPERATIONS_PER_JOB); later calls wait. Default 4. */
   maxPerJob?: number;
 }
@@ -167,7 +169,10 @@ export class OperationRunner {
 
   constructor(options: OperationRunnerOptions) {
     this.#o = options;
-    this.#sessions = new SessionDriver({ logger: options.logger });
+    this.#sessions = new SessionDriver({
+      logger: options.logger,
+      ...(options.maxSessionBytes !== undefined ? { maxSessionBytes: options.maxSessionBytes } : {}),
+    });
     this.#checkpoints = new OperationCheckpoints({ store: options.store });
   }
 

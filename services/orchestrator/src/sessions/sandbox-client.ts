@@ -1,12 +1,13 @@
 // SessionRunner over one sandbox node's oz0.sandbox.v1.SandboxService.
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { PermissionAnswer, RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import {
-  RunSessionRequestSchema,
   IsolationMode,
+  RunSessionRequestSchema,
+  RunSessionResponseSchema,
   SandboxService,
   SessionStatus,
   type RunSessionRequest,
@@ -123,6 +124,18 @@ function toMessage(response: RunSessionResponse, sessionId: string): SandboxMess
   }
 }
 
+/**
+ * What a node's answer weighs as decoded, for the session's byte budget (session-driver.ts). Artifacts are weighed by
+ * what they hold rather than encoded again, which would copy up to SANDBOX_READ_MAX_BYTES once more to measure it.
+ */
+function answerBytes(response: RunSessionResponse): number {
+  const m = response.message;
+  if (m.case !== "artifacts") return toBinary(RunSessionResponseSchema, response).byteLength;
+  let bytes = Buffer.byteLength(m.value.patch) + Buffer.byteLength(m.value.error);
+  for (const file of m.value.files) bytes += Buffer.byteLength(file.path) + file.content.byteLength;
+  return bytes;
+}
+
 class SandboxChannel implements SessionChannel {
   readonly #requests = new MessageQueue<RunSessionRequest>();
   readonly #abort = new AbortController();
@@ -157,11 +170,17 @@ class SandboxChannel implements SessionChannel {
   }
 
   async *[Symbol.asyncIterator](): AsyncIterator<SandboxMessage> {
+    // Answers that are no message of the session (`rejected`) still cost reading: weighed with the next one.
+    let unweighed = 0;
     try {
       for (let next = await this.#first; !next.done; next = await this.#responses.next()) {
         if (this.#sessionId === "" && next.value.message.case === "started") this.#sessionId = next.value.sessionId;
         const message = toMessage(next.value, this.#sessionId);
-        if (message) yield message;
+        unweighed += answerBytes(next.value);
+        if (!message) continue;
+        message.bytes = unweighed;
+        unweighed = 0;
+        yield message;
       }
     } catch (error) {
       if (this.#abort.signal.aborted) return;

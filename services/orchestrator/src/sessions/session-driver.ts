@@ -3,9 +3,10 @@
 // place it again when its node was full before it started, and say how it
 // ended when it cannot be followed any more (its node does not know it, the
 // node refused this orchestrator, the node went silent, re-attaching gave
-// up). Jobs, harness operations' scratch sessions and graphs' custom steps
-// all run their sessions through it; what an ending means for each (fail the
-// job, start the session again, fail the step) is theirs to decide.
+// up, the node sent more about the session than its byte budget). Jobs,
+// harness operations' scratch sessions and graphs' custom steps all run
+// their sessions through it; what an ending means for each (fail the job,
+// start the session again, fail the step) is theirs to decide.
 import type { Logger } from "@oz0/serving";
 import { messageBursts } from "./message-bursts.js";
 import type { LostSession, SandboxPlacement } from "./sandbox-placement.js";
@@ -14,6 +15,7 @@ import {
   SandboxFullError,
   SandboxRefusedError,
   SessionNotFoundError,
+  SessionTooLargeError,
   type SandboxMessage,
   type SessionChannel,
   type SessionRunner,
@@ -29,8 +31,11 @@ export type SessionEnd =
   | { kind: "gave_up" }
   /** Its node does not know it: the start never reached the node, or the node restarted. */
   | { kind: "unknown"; error: SessionNotFoundError }
-  /** Its node refused this orchestrator's credential, or answered more than it reads: trying again does not mend that. */
-  | { kind: "refused"; error: SandboxRefusedError | SandboxAnswerTooLargeError }
+  /**
+   * Its node refused this orchestrator's credential, answered more than it reads in one message, or sent more about
+   * the session than its byte budget (then the session was cancelled there): trying again does not mend that.
+   */
+  | { kind: "refused"; error: SandboxRefusedError | SandboxAnswerTooLargeError | SessionTooLargeError }
   /** Its node stopped sending heartbeats. */
   | { kind: "lost"; lost: LostSession }
   /** Its stream broke and could not be re-attached (or re-attaching is not wanted). */
@@ -41,6 +46,11 @@ export interface SessionState {
   sandbox?: SessionRunner;
   channel?: SessionChannel;
   sandboxSeq: number;
+  /**
+   * What its node has sent about it so far, in bytes as decoded, over every stream of it (kept here, not per stream,
+   * so a node that breaks its stream does not start its count again at the re-attach). Undefined: nothing yet.
+   */
+  receivedBytes?: number;
 }
 
 export interface PlaceOptions {
@@ -111,7 +121,17 @@ export interface SessionDriverOptions {
    * registered at an address where nothing answers (attacker review). Default 5 minutes.
    */
   unansweredNodeMs?: number;
+  /** The most a node may send about one session (OZ0_MAX_SESSION_BYTES). Default DEFAULT_MAX_SESSION_BYTES. */
+  maxSessionBytes?: number;
 }
+
+/**
+ * What a node may send about one session by default: 1 GiB. An honest session sends its transcript (each harness
+ * line at most 1 MiB), its stderr (at most the sandbox's OZ0_MAX_SESSION_STDERR_WRITTEN_BYTES, 256 MiB, of which the
+ * orchestrator keeps the last 1 MiB) and its artifacts once (twice the sandbox's OZ0_MAX_ARTIFACT_BYTES, 16 MiB):
+ * far less. A node that sends without end then fills 1 GiB of the store a session at most, rather than the disk.
+ */
+export const DEFAULT_MAX_SESSION_BYTES = 1024 * 1024 * 1024;
 
 /** How long a session waits before it asks the nodes for room again. */
 const ROOM_POLL_MS = 500;
@@ -165,7 +185,19 @@ export class SessionDriver {
     const attempts = this.#o.reattachAttempts ?? 5;
     const windowMs = this.#o.reattachWindowMs ?? 30_000;
     const unansweredMs = this.#o.unansweredNodeMs ?? 5 * 60_000;
+    const maxBytes = this.#o.maxSessionBytes ?? DEFAULT_MAX_SESSION_BYTES;
     const { state } = o;
+    /**
+     * How many of `messages` fit the session's byte budget, counted into it; fewer than all once it is passed. What
+     * is counted is what the node sent: a message it sends again after a re-attach counts again.
+     */
+    const withinBudget = (messages: SandboxMessage[]): number => {
+      for (let i = 0; i < messages.length; i++) {
+        state.receivedBytes = (state.receivedBytes ?? 0) + (messages[i]!.bytes ?? 0);
+        if (state.receivedBytes > maxBytes) return i;
+      }
+      return messages.length;
+    };
     // When this outage began. A session waiting for a person sends nothing after a re-attach, so a mended
     // stream is told by its node having answered the call and the stream then running a while. A call never
     // answered (a refused connect, or one that hangs until the system's connect timeout) or a stream that broke
@@ -175,12 +207,17 @@ export class SessionDriver {
       try {
         if (o.handleBurst) {
           for await (const burst of messageBursts(state.channel!)) {
-            const fresh = burst.filter((message) => message.seq > state.sandboxSeq); // not handled before a re-attach
+            // What came before the message that passed the budget is handled; that one and the rest are not. Nor
+            // are those handled before a re-attach.
+            const within = withinBudget(burst);
+            const fresh = burst.slice(0, within).filter((message) => message.seq > state.sandboxSeq);
             if (fresh.length > 0) await o.handleBurst(fresh);
+            if (within < burst.length) return this.#tooLarge(o, maxBytes);
             attempt = 0;
           }
         } else {
           for await (const message of state.channel!) {
+            if (withinBudget([message]) === 0) return this.#tooLarge(o, maxBytes);
             if (message.seq <= state.sandboxSeq) continue; // already handled before a re-attach
             await o.handle(message);
             attempt = 0;
@@ -247,5 +284,33 @@ export class SessionDriver {
         await o.reattached?.();
       }
     }
+  }
+
+  /**
+   * The node sent more about the session than its budget: its stream is closed, and the session is cancelled at its
+   * node, which is told and not waited for, as a job's stop is: the follower ends now, whatever the node does.
+   */
+  #tooLarge(o: FollowOptions, maxBytes: number): SessionEnd {
+    if (o.stopped()) return { kind: "stopped" };
+    const { state } = o;
+    const error = new SessionTooLargeError({
+      url: state.sandbox?.url ?? "?",
+      sessionId: o.sessionId,
+      receivedBytes: state.receivedBytes ?? 0,
+      maxBytes,
+    });
+    state.channel?.close();
+    this.#o.logger?.warn({ jobId: o.jobId, sessionId: o.sessionId, sandbox: state.sandbox?.url }, error.message);
+    void state.sandbox
+      ?.cancel({ sessionId: o.sessionId, reason: `the node sent more than ${maxBytes} bytes about the session` })
+      .catch((cancelError: unknown) => {
+        // It ended meanwhile: nothing is left to stop.
+        if (cancelError instanceof SessionNotFoundError) return;
+        this.#o.logger?.warn(
+          { jobId: o.jobId, sessionId: o.sessionId, err: String(cancelError) },
+          "could not cancel a session that sent more than its byte budget at its node",
+        );
+      });
+    return { kind: "refused", error };
   }
 }

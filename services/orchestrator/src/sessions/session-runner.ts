@@ -18,8 +18,12 @@ export interface SessionArtifact {
   content: Uint8Array;
 }
 
-/** One message of a session, numbered by the sandbox (per session, from 1). */
-export type SandboxMessage =
+/**
+ * One message of a session, numbered by the sandbox (per session, from 1). `bytes`: what the node sent for it, as
+ * decoded (sandbox-client.ts), counted against the session's byte budget (session-driver.ts); a runner that reads
+ * from no node (a test's) may leave it out.
+ */
+export type SandboxMessage = { bytes?: number } & (
   | {
       seq: number;
       kind: "started";
@@ -65,7 +69,8 @@ export type SandboxMessage =
       artifacts: SessionArtifact[];
       /** Why the node could not collect them (all, or some): its words. */
       error?: string;
-    };
+    }
+);
 
 export interface StartSessionOptions {
   request: SessionRequest;
@@ -130,6 +135,22 @@ export class SandboxAnswerTooLargeError extends Error {
       `the sandbox at ${url} answered a message larger than the orchestrator reads (${reason}); a session's artifacts must fit in it: lower the sandbox's OZ0_MAX_ARTIFACT_BYTES`,
     );
     this.name = "SandboxAnswerTooLargeError";
+  }
+}
+
+/**
+ * The node sent more about one session than the orchestrator takes (OZ0_MAX_SESSION_BYTES, counted across the
+ * session's streams, re-attaches included). Each message is bounded (SANDBOX_READ_MAX_BYTES), but a node that sent
+ * events, stderr or artifacts without end filled the orchestrator's store (attacker review): what it sends is
+ * followed no further, the session is cancelled at its node, and its job (or operation, or step) fails with this.
+ */
+export class SessionTooLargeError extends Error {
+  readonly code = "session_too_large";
+  constructor(options: { url: string; sessionId: string; receivedBytes: number; maxBytes: number }) {
+    super(
+      `session_too_large: the sandbox node at ${options.url} sent ${options.receivedBytes} bytes about session ${options.sessionId}, more than the ${options.maxBytes} a session may send (OZ0_MAX_SESSION_BYTES); the node was asked to cancel the session, and nothing past the budget was stored. A session that needs more (a very long transcript, large artifacts) runs with a larger OZ0_MAX_SESSION_BYTES`,
+    );
+    this.name = "SessionTooLargeError";
   }
 }
 

@@ -1,7 +1,7 @@
 // A job runner in the test's own process, against the test stack's LLM proxy
 // and one sandbox node (the stack's, a relay to it, or a hostile one): for
 // tests that reach into the runner (a store that fails, a runner closed as if
-// its process died, clocks made short).
+// its process died, clocks made short, a byte budget made small).
 import { createLogger, stackTokenFor } from "@oz0/serving";
 import { JobFeed } from "../../src/jobs/job-feed.js";
 import { JobRunner, type JobRunnerOptions } from "../../src/jobs/job-runner.js";
@@ -22,10 +22,10 @@ export function inProcessJobRunner(
     sandboxUrl: string;
     /** Names the runner's log lines. */
     name: string;
-  } & Pick<JobRunnerOptions, "reattachWindowMs" | "overdueAfterMs" | "stopWaitMs"> &
+  } & Pick<JobRunnerOptions, "reattachWindowMs" | "overdueAfterMs" | "stopWaitMs" | "maxSessionBytes"> &
     Partial<Pick<JobRunnerOptions, "feed" | "placement">>,
 ): JobRunner {
-  const { stack, store, home, sandboxUrl, name, feed, placement, ...clocks } = options;
+  const { stack, store, home, sandboxUrl, name, feed, placement, ...settings } = options;
   return new JobRunner({
     store,
     feed: feed ?? new JobFeed(),
@@ -43,7 +43,7 @@ export function inProcessJobRunner(
     policy: new PermissionPolicy({ hooks: [new HookStage()] }),
     home,
     logger: createLogger({ name, level: "error" }),
-    ...clocks,
+    ...settings,
   });
 }
 
