@@ -133,8 +133,15 @@ void test("an invalid agent is refused naming the file, the field and what was e
 });
 
 void test("oz0 run streams text and tool calls, the test passes, and the patch is stored", async () => {
-  const result = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject]);
+  // A model script exported in the shell cannot reach a running stack: said, not silently ignored (newcomer review).
+  const result = await t.cli(["run", "fixer", "Fix the failing test in dates", "--attach", datesProject], {
+    env: { OZ0_MODEL_SCRIPT: "/nowhere/script.json" },
+  });
   assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+  assert.match(
+    result.stderr,
+    /oz0: OZ0_MODEL_SCRIPT is not used: commands go to http:\/\/127\.0\.0\.1:\d+ \(OZ0_URL\), which answers with the model it was started with/,
+  );
   assert.match(result.stdout, /Let me read the date helpers first\./);
   assert.match(result.stdout, /▸ read_file/);
   assert.match(result.stdout, /▸ run_command: \{"command":"cd dates && node --test"\}/);

@@ -85,11 +85,14 @@ void test("the status line fits on one row of the terminal whatever the width of
   assert.equal(line, "ツール 日本語の説明");
 });
 
-function printed(events: Omit<Parameters<typeof create<typeof JobEventSchema>>[1], "$typeName">[]): string {
+function printed(
+  events: Omit<Parameters<typeof create<typeof JobEventSchema>>[1], "$typeName">[],
+  options: { answerable?: boolean } = {},
+): string {
   const out = new PassThrough();
   let text = "";
   out.on("data", (d: Buffer) => (text += d.toString()));
-  const printer = new EventPrinter({ out, json: false });
+  const printer = new EventPrinter({ out, json: false, ...options });
   for (const event of events) printer.print(create(JobEventSchema, { jobId: "job-1", ...event }) as JobEvent);
   printer.end();
   return text;
@@ -315,6 +318,14 @@ void test("an id in a command a person copies is one shell word; a field padded 
     third,
   );
   assert.equal(shellWord("toolu_01AbC-9.x"), "toolu_01AbC-9.x");
+  assert.match(printed([{ event: { case: "result", value: { text: "done", turns: 1 } } }]), /, 1 turn\)/);
+  // A stack that stops with this command (embedded) is found by no other command: no oz0 approve is offered there.
+  assert.equal(
+    printed([{ event: { case: "permissionDecision", value: { id: "perm-1", tool: "Bash", pending: true } } }], {
+      answerable: false,
+    }),
+    "? Bash waits for approval (call perm-1)\n",
+  );
   assert.equal(fieldText("x".repeat(200)).length, 120);
 });
 

@@ -146,8 +146,9 @@ try {
           .filter((l) => /^[#ℹ] (tests|pass|fail) /.test(l))
           .join("\n"),
       );
-      say(`The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`,`);
-      say(`or in the web console after this demo: \`OZ0_HOME=${home} npx oz0 dev\` prints its link.`);
+      say(
+        `The test passes. Job ${where[1]}: see it with \`OZ0_HOME=${home} npx oz0 jobs show ${where[1]}\`, or in the web console after this demo (\`OZ0_HOME=${home} npx oz0 dev\` prints its link).`,
+      );
     } else {
       console.log(inert(check.output));
       say(`The test still fails with the job's patch applied: ${inert(check.error)}`);

@@ -60,7 +60,7 @@ export async function runCommand(options: {
   });
   if (options.detach && conn.mode === "embedded") {
     throw new CliError(
-      "--detach needs a running orchestrator (the embedded stack stops with the command): start `oz0 dev` in another terminal, or set OZ0_URL",
+      `--detach needs a running orchestrator (the embedded stack stops with the command), and no oz0 dev runs for OZ0_HOME=${conn.home}: start \`oz0 dev\` in another terminal with the same OZ0_HOME (an oz0 dev of another data folder is not seen), or set OZ0_URL`,
     );
   }
   for (const note of conn.notes) if (!options.json) io.err.write(`oz0: ${note}\n`);
@@ -526,13 +526,18 @@ export async function approvalsList(options: {
   // (its NotFound says so, as every other command about a job does).
   if (approvals.length === 0 && options.jobId) await options.conn.clients.jobs.getJob({ jobId: options.jobId });
   if (options.json) for (const a of approvals) options.io.out.write(`${jsonLine(toJson(ApprovalSchema, a))}\n`);
-  else if (approvals.length === 0)
+  else if (approvals.length === 0) {
     options.io.out.write(
       options.all
         ? "no calls have waited for approval\n"
         : "nothing waits for approval (--all lists answered calls too)\n",
     );
-  else
+    // A job waiting on an oz0 dev of another data folder is not seen from here: say where this looked.
+    if (options.conn.mode === "embedded")
+      options.io.err.write(
+        `oz0: no oz0 dev runs for OZ0_HOME=${options.conn.home}, so this asked a stack started for this command; a job of an oz0 dev started with another OZ0_HOME is not seen\n`,
+      );
+  } else
     for (const a of approvals) {
       // The input always: a title is the harness's own words for the call, and could say anything. The input an
       // approval runs, with the harness's beside it when a hook changed it. One line, inert: the tool, title and

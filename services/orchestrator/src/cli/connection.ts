@@ -13,7 +13,12 @@ import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { isolationNotice, readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../dev/embedded-stack.js";
 import { readLogin, readOwnerCredential } from "../dev/local-credentials.js";
 import { CliError } from "./cli-error.js";
-import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
+import {
+  applyEnvironmentKeys,
+  chosenModelScript,
+  embeddedStackEnv,
+  MODEL_SCRIPT_VARIABLE,
+} from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
 
 export interface Clients {
@@ -28,6 +33,8 @@ export interface Connection {
   readonly url: string;
   /** How the target was found, for messages. */
   readonly mode: "url" | "login" | "dev" | "embedded";
+  /** The data folder this command found its stack by (OZ0_HOME): another terminal's oz0 dev is seen only with the same. */
+  readonly home: string;
   readonly clients: Clients;
   /** Notes for the person (for example: the scripted model is in use). */
   readonly notes: string[];
@@ -93,18 +100,25 @@ export async function connect(options: {
   const token = process.env.OZ0_TOKEN?.trim() || undefined;
   const login = readLogin(options.home);
   const local = (): string | undefined => token ?? readOwnerCredential(options.home);
-  // A running stack keeps the model it was started with; OZ0_MODEL_SCRIPT is for stacks started here, so it alone is no error.
-  const noScriptThere = (where: string): void => {
+  // A running stack keeps the model it was started with; OZ0_MODEL_SCRIPT is for stacks started here, so it alone is
+  // no error (a shell may keep it exported), but it is said to be unused: a job answered by another model than the
+  // script the person named, in silence, read as the script's.
+  const noScriptThere = (where: string): string[] => {
     if (options.modelScript) {
       throw new CliError(
         `--model-script works only on a stack this command starts, but commands go to ${where}: start that stack with \`oz0 dev --model-script FILE\` instead`,
         EXIT.usage,
       );
     }
+    return process.env[MODEL_SCRIPT_VARIABLE]?.trim()
+      ? [
+          `${MODEL_SCRIPT_VARIABLE} is not used: commands go to ${where}, which answers with the model it was started with (\`oz0 dev --model-script FILE\` starts one on a script)`,
+        ]
+      : [];
   };
   if (fromEnv) {
     const target = orchestratorUrl(fromEnv);
-    noScriptThere(`${fromEnv} (OZ0_URL)`);
+    const notes = noScriptThere(`${fromEnv} (OZ0_URL)`);
     const credential = credentialForUrl({
       url: fromEnv,
       token,
@@ -117,22 +131,37 @@ export async function connect(options: {
         `${target.origin} (OZ0_URL) is not on this machine, so this machine's owner credential is not sent to it, and no other is set: set OZ0_TOKEN, or \`oz0 login --url ${fromEnv}\``,
         EXIT.usage,
       );
-    return { url: fromEnv, mode: "url", clients: clientsFor(fromEnv, credential), notes: [], close: async () => {} };
+    return {
+      url: fromEnv,
+      mode: "url",
+      home: options.home,
+      clients: clientsFor(fromEnv, credential),
+      notes,
+      close: async () => {},
+    };
   }
   if (login) {
-    noScriptThere(`${login.url} (oz0 login)`);
+    const notes = noScriptThere(`${login.url} (oz0 login)`);
     return {
       url: login.url,
       mode: "login",
+      home: options.home,
       clients: clientsFor(login.url, token ?? login.token),
-      notes: [],
+      notes,
       close: async () => {},
     };
   }
   const dev = readDiscovery(options.home);
   if (dev) {
-    noScriptThere(`the oz0 dev at ${dev.url}`);
-    return { url: dev.url, mode: "dev", clients: clientsFor(dev.url, local()), notes: [], close: async () => {} };
+    const notes = noScriptThere(`the oz0 dev at ${dev.url}`);
+    return {
+      url: dev.url,
+      mode: "dev",
+      home: options.home,
+      clients: clientsFor(dev.url, local()),
+      notes,
+      close: async () => {},
+    };
   }
   // Read before the stack starts, so a bad script costs no start-up.
   const defaults = embeddedStackEnv({ home: options.home, modelScript: chosenModelScript(options.modelScript) });
@@ -151,6 +180,7 @@ export async function connect(options: {
   return {
     url: stack.urls.orchestrator,
     mode: "embedded",
+    home: options.home,
     clients,
     notes: [...defaults.notes, ...(isolationNotice(stack) ? [isolationNotice(stack)!] : [])],
     close: () => stack.close(),

@@ -49,16 +49,20 @@ export class EventPrinter {
   readonly #out: TextSink;
   readonly #json: boolean;
   readonly #style: boolean;
+  readonly #answerable: boolean;
   #midLine = false;
 
   /**
    * `out`: a stream, or a LiveTerminal (which keeps a status line below what is printed). `style`: the output
    * is a terminal that shows style (LiveTerminal.live), where the marks of oz0's own lines are bold.
+   * `answerable`: whether another command can answer a waiting call (default true); an embedded stack, which
+   * stops with this command, is found by no other, so a waiting call's line offers no `oz0 approve` there.
    */
-  constructor(options: { out?: TextSink; json: boolean; style?: boolean }) {
+  constructor(options: { out?: TextSink; json: boolean; style?: boolean; answerable?: boolean }) {
     this.#out = options.out ?? process.stdout;
     this.#json = options.json;
     this.#style = options.style === true;
+    this.#answerable = options.answerable !== false;
   }
 
   /**
@@ -120,7 +124,9 @@ export class EventPrinter {
           this.#line(
             `${this.#mark("?")} ${terminalLine(
               // The id is the harness's: quoted as a shell word in the commands a person copies.
-              `${fieldText(d.tool)} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${shellWord(d.id)}   or   oz0 deny ${event.jobId} ${shellWord(d.id)} --reason TEXT`,
+              this.#answerable
+                ? `${fieldText(d.tool)} waits for approval (call ${d.id}): oz0 approve ${event.jobId} ${shellWord(d.id)}   or   oz0 deny ${event.jobId} ${shellWord(d.id)} --reason TEXT`
+                : `${fieldText(d.tool)} waits for approval (call ${d.id})`,
             )}`,
           );
         else if (!d.allow)
@@ -136,7 +142,9 @@ export class EventPrinter {
         return;
       }
       case "result":
-        this.#line(`\n${this.#mark("── result")} (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turns)`);
+        this.#line(
+          `\n${this.#mark("── result")} (${stopReasonName(e.value.stopReason)}, ${e.value.turns} turn${e.value.turns === 1 ? "" : "s"})`,
+        );
         if (e.value.text) this.#line(terminalText(e.value.text));
         if (e.value.error) this.#line(terminalLine(`error: ${e.value.error}`));
         return;

@@ -253,7 +253,12 @@ export async function followJob(options: {
       () => terminal.refresh(),
     );
   meter?.refresh();
-  const printer = new EventPrinter({ out: terminal, json: options.json, style: terminal.live });
+  const printer = new EventPrinter({
+    out: terminal,
+    json: options.json,
+    style: terminal.live,
+    answerable: conn.mode !== "embedded",
+  });
   const prompts = canPrompt(options.json) ? new ApprovalPrompts({ conn, jobId, terminal, io }) : undefined;
   // What each waiting call asked to run with, for the prompt.
   const requested = new Map<string, JsonObject>();

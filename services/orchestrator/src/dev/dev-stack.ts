@@ -397,6 +397,11 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
 /** A start that failed because the recorded port is taken says so, and what to do. */
 function portTakenHint(error: unknown, name: StackServiceName, port: number | undefined, home: string): Error {
   if (port === undefined || !portTaken(error)) return error as Error;
+  // The orchestrator's port is oz0 dev's --port (7700 unless given), not one of ports.json's.
+  if (name === "orchestrator")
+    return new Error(
+      `the orchestrator's port ${port} is taken by another program (another oz0 dev, of another OZ0_HOME?); stop that program, or give this one another port: oz0 dev --port N`,
+    );
   return new Error(
     `the ${name} service's port ${port} is taken by another program; stop that program, or delete ${devPortsFile(home)} (oz0 dev then chooses new ports; jobs in flight are then lost)`,
   );

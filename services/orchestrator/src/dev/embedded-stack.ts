@@ -373,8 +373,11 @@ async function readiness(options: {
         // not a log line
       }
     };
+    // The log file's lines end a poll after the exit: its last lines (the reason it exited) are read before the
+    // failure is told, or it named an earlier line (a taken port read as "closed the descriptors it inherited").
+    let read: Promise<unknown> = Promise.resolve();
     if (Symbol.asyncIterator in options.lines) {
-      void (async () => {
+      read = (async () => {
         for await (const line of options.lines as AsyncIterable<string>) {
           onLine(line);
           if (settled) break; // the rest of the log is the service's own business
@@ -383,7 +386,8 @@ async function readiness(options: {
     } else {
       (options.lines as NodeJS.EventEmitter).on("line", onLine);
     }
-    void options.exited.then(({ code, signal }) => {
+    void options.exited.then(async ({ code, signal }) => {
+      await read;
       // Lines still on their way are read first.
       setImmediate(() => {
         const last = tail.map((l) => {
