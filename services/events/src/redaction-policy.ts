@@ -238,6 +238,7 @@ export const EVENT_POLICY: Readonly<Record<LifecycleType, Allowlist>> = {
     latency_ms: countOf("latency_ms"),
     ttft_ms: countOf("ttft_ms"),
     estimated: flag("estimated"),
+    nominal: flag("nominal"),
   },
   "harness.operation_started": {
     operation_key: operationKey,

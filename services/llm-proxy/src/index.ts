@@ -228,6 +228,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
       ? eventsUsageSink({
           url: config.eventsUrl,
           logger,
+          nominal: (name) => providers.get(name)?.config.kind === "scripted",
           ...(eventsToken ? { token: eventsToken } : {}),
         })
       : memoryUsageSink());

@@ -14,8 +14,11 @@ export interface UsageSink {
   close(): Promise<void>;
 }
 
-/** The attributes of a usage event: the whole list, so the allowlist can be checked against it. */
-export function usageEventAttributes(call: CallRecord): Record<string, unknown> {
+/**
+ * The attributes of a usage event: the whole list, so the allowlist can be checked against it. `nominal`: the call
+ * went to a scripted provider, whose prices are for show (nobody was called, nobody charged), as `oz0 usage` says.
+ */
+export function usageEventAttributes(call: CallRecord, nominal = false): Record<string, unknown> {
   return {
     operation_id: call.operationId,
     provider: call.provider,
@@ -29,10 +32,17 @@ export function usageEventAttributes(call: CallRecord): Record<string, unknown> 
     latency_ms: call.latencyMs,
     ttft_ms: call.ttftMs,
     estimated: call.estimated,
+    nominal,
   };
 }
 
-export function eventsUsageSink(options: { url: string; logger: Logger; token?: string }): UsageSink {
+export function eventsUsageSink(options: {
+  url: string;
+  logger: Logger;
+  token?: string;
+  /** Whether a provider's prices are nominal (a scripted provider). Default: none is. */
+  nominal?: (provider: string) => boolean;
+}): UsageSink {
   const publisher: EventPublisher = createEventPublisher({
     url: options.url,
     logger: options.logger,
@@ -56,7 +66,7 @@ export function eventsUsageSink(options: { url: string; logger: Logger; token?: 
             cacheReadTokens: call.usage.cacheRead,
             cacheWriteTokens: call.usage.cacheWrite,
           },
-          attributes: usageEventAttributes(call),
+          attributes: usageEventAttributes(call, options.nominal?.(call.provider) ?? false),
         }),
       );
     },
