@@ -95,7 +95,7 @@ void describe("node identities", () => {
           // As the registry does for a pod's token from another URL than its pod's (sandbox-node-registry.test.ts).
           if (node.url === PINNED_ELSEWHERE)
             throw new NodePinnedError({ id: node.id, url: node.url, registeredUrl: "http://10.0.0.7:7701" });
-          registered.push(`${node.id} ${node.url} ${node.podUid}`);
+          registered.push(`${node.id} ${node.url} ${node.pod?.uid}`);
           return { ...node, placed: 0 } as SandboxNode;
         },
         staleAfterMs: 15_000,

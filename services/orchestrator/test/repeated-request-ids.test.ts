@@ -17,10 +17,11 @@
 // operation for it. A rule broken while an operation runs stops the operation
 // with the session.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { MAX_ARTIFACT_FILES } from "../src/jobs/job-artifacts.js";
 import type { JobRunner } from "../src/jobs/job-runner.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
 import type { JobRecord, PermissionRecord } from "../src/store/job-store.js";
@@ -174,6 +175,22 @@ void test("artifacts a node names '..', with a NUL or at 600 bytes are stored un
     ],
   );
   for (const a of stored) assert.equal(path.dirname(a.path), path.join(home, "jobs", done.id, "artifacts"));
+});
+
+void test("of a node's artifacts message of 1,200 files, the first 1,000 are kept, and the job says the rest were not", async () => {
+  // Before, every one was written (12,000 of one name held the replica's event loop for seconds; attacker review).
+  const done = await runToEnd(hostileUrl, "many-artifacts");
+  assert.equal(done.state, "succeeded", done.error);
+  const events = await store.listJobEvents(done.id, 0);
+  const artifacts = events.flatMap((e) => (e.event.case === "artifacts" ? [e.event.value] : []));
+  assert.equal(artifacts.length, 1);
+  assert.equal(artifacts[0]!.artifacts.length, MAX_ARTIFACT_FILES);
+  assert.equal(artifacts[0]!.error, `the node sent 1200 files; the first ${MAX_ARTIFACT_FILES} are kept`);
+  assert.equal(readdirSync(path.join(home, "jobs", done.id, "artifacts")).length, MAX_ARTIFACT_FILES);
+  assert.deepEqual(
+    artifacts[0]!.artifacts.slice(0, 3).map((a) => a.name),
+    ["same.txt", "same (2).txt", "same (3).txt"],
+  );
 });
 
 void test("a result with no call id is not covered by an approved request with none: the audit stops the job", async () => {

@@ -209,11 +209,25 @@ void test("each message says how many bytes the node sent for it, what answered 
     }
     channel.close();
     const encoded = (i: number): number => toBinary(RunSessionResponseSchema, responses[i]!).byteLength;
+    // Each message and each artifact file counts at least what storing one costs: a node's messages of a few bytes
+    // were stored many times over what they weighed (attacker review).
+    const stored = 512;
+    assert.ok(encoded(0) < stored && encoded(2) < stored);
     assert.deepEqual(weighed, [
-      [1, encoded(0)],
+      [1, stored],
       [2, encoded(1)],
-      // Artifacts by what they hold: the patch, the files' paths and contents, the node's error.
-      [3, encoded(2) + Buffer.byteLength("+ü\n") + Buffer.byteLength("out/é.bin") + 3000 + Buffer.byteLength("some")],
+      // Artifacts by what they hold (the patch, the files' paths and contents, the node's error), and what
+      // storing the message and each file costs; the rejected answer before them as it weighed, at least that.
+      [
+        3,
+        stored +
+          stored +
+          stored +
+          Buffer.byteLength("+ü\n") +
+          Buffer.byteLength("out/é.bin") +
+          3000 +
+          Buffer.byteLength("some"),
+      ],
     ]);
     assert.ok(encoded(1) > 2000, "the stderr piece is weighed in bytes, not characters");
   } finally {

@@ -64,9 +64,9 @@ void describe("sandbox node registry", () => {
     await admin.end();
   });
 
-  void it("keeps a node its pod registered at that pod's URL: the same pod's identity elsewhere is refused, another pod of its name takes it over", async () => {
+  void it("keeps a node its pod registered at that pod's URL: the same pod's identity elsewhere is refused, a later pod of its name takes it over, an earlier one's never", async () => {
     const [registry] = await replicas(1);
-    const pod = { id: "sandbox-abc", capacity: 2, podUid: "uid-1" };
+    const pod = { id: "sandbox-abc", capacity: 2, pod: { uid: "uid-1", issuedAt: 1_000 } };
     await registry!.register({ ...pod, url: "http://10.0.0.7:7701" });
     await registry!.register({ ...pod, url: "http://10.0.0.7:7701" });
     // A copy of the pod's token, sent from elsewhere: the node stays where its pod is, and says where.
@@ -79,12 +79,18 @@ void describe("sandbox node registry", () => {
       (await registry!.listLive()).map((n) => [n.id, n.url]),
       [["sandbox-abc", "http://10.0.0.7:7701"]],
     );
-    // A StatefulSet's next pod of that name, at its own address.
-    await registry!.register({ ...pod, podUid: "uid-2", url: "http://10.0.0.8:7701" });
+    // A StatefulSet's next pod of that name, at its own address, with a token issued after the last one.
+    await registry!.register({ ...pod, pod: { uid: "uid-2", issuedAt: 2_000 }, url: "http://10.0.0.8:7701" });
     assert.deepEqual(
       (await registry!.listLive()).map((n) => n.url),
       ["http://10.0.0.8:7701"],
     );
+    // A copy of the replaced pod's token, still unexpired: it does not take the node back.
+    await assert.rejects(
+      registry!.register({ ...pod, pod: { uid: "uid-1", issuedAt: 1_500 }, url: "http://10.0.0.66:7701" }),
+      NodePinnedError,
+    );
+    assert.equal((await registry!.listLive()).find((n) => n.id === "sandbox-abc")?.url, "http://10.0.0.8:7701");
     // Without node identities a node's URL moves as its heartbeats say (a node restarted elsewhere).
     await registry!.register({ id: "plain", capacity: 1, url: "http://10.0.0.9:7701" });
     await registry!.register({ id: "plain", capacity: 1, url: "http://10.0.0.10:7701" });

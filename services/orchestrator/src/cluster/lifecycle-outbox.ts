@@ -76,8 +76,26 @@ export class LifecycleOutbox implements LifecycleSink {
     this.#poll.unref();
   }
 
+  /**
+   * The raw event, its attributes bounded: what a harness or a node says (a tool call's input, an exit's error
+   * code) goes in them, and one of 30 MiB was larger than the events service takes in a message. Refused every time
+   * and sent again every time, oldest first, it held back every later event of every job (attacker review). Past
+   * MAX_ATTRIBUTES_JSON_BYTES only the small values are kept: the public event keeps short identifiers, counts and
+   * a path anyway.
+   */
   event(type: LifecycleType, init: LifecycleInit): RawEvent {
-    return rawEvent(type, { source: "orchestrator", ...init });
+    const event = rawEvent(type, { source: "orchestrator", ...init });
+    if (event.attributesJson.length > MAX_ATTRIBUTES_JSON_BYTES) {
+      const before = event.attributesJson.length;
+      const small = JSON.stringify(smallValues(init.attributes ?? {}));
+      // Many small values can still be too many: then none.
+      event.attributesJson = small.length > MAX_ATTRIBUTES_JSON_BYTES ? "{}" : small;
+      this.#o.logger.warn(
+        { type, jobId: init.jobId, bytes: before, kept: event.attributesJson.length },
+        "a lifecycle event's attributes were larger than an event keeps; only their small values are sent",
+      );
+    }
+    return event;
   }
 
   committed(): void {
@@ -181,6 +199,7 @@ export class LifecycleOutbox implements LifecycleSink {
     return this.#o.sendTimeoutMs ?? 10_000;
   }
 
+  /** Sends the claimed events in calls of at most MAX_SEND_BYTES; one larger alone (stored before the bound) is dropped. */
   async #ship(claimed: StoredLifecycleEvent[]): Promise<void> {
     const readable: { seq: number; event: RawEvent }[] = [];
     for (const stored of claimed) {
@@ -195,16 +214,33 @@ export class LifecycleOutbox implements LifecycleSink {
       );
       await this.#o.store.deleteLifecycleEvents([stored.seq]);
     }
-    if (readable.length === 0) return;
-    const seqs = readable.map((c) => c.seq);
-    try {
-      await this.#send(readable.map((c) => c.event));
-    } catch (error) {
-      // Given back at once: the next round (here or at another replica) sends them again, oldest first.
-      await this.#o.store.releaseLifecycleEvents(seqs).catch(() => undefined);
-      throw error;
+    let rest = readable;
+    while (rest.length > 0) {
+      let bytes = 0;
+      let count = 0;
+      while (count < rest.length && (count === 0 || bytes + eventBytes(rest[count]!.event) <= MAX_SEND_BYTES))
+        bytes += eventBytes(rest[count++]!.event);
+      const part = rest.slice(0, count);
+      rest = rest.slice(count);
+      const seqs = part.map((c) => c.seq);
+      if (bytes > MAX_SEND_BYTES) {
+        // Alone and still too large: never sendable, so dropped and named, not sent again for ever ahead of the rest.
+        this.#o.logger.error(
+          { code: "LIFECYCLE_EVENT_TOO_LARGE", seq: seqs[0], id: part[0]!.event.id, bytes },
+          "a stored lifecycle event is larger than a Publish carries and can never be sent; it is dropped",
+        );
+        await this.#o.store.deleteLifecycleEvents(seqs);
+        continue;
+      }
+      try {
+        await this.#send(part.map((c) => c.event));
+      } catch (error) {
+        // Given back at once: the next round (here or at another replica) sends them again, oldest first.
+        await this.#o.store.releaseLifecycleEvents([...seqs, ...rest.map((c) => c.seq)]).catch(() => undefined);
+        throw error;
+      }
+      await this.#o.store.deleteLifecycleEvents(seqs);
     }
-    await this.#o.store.deleteLifecycleEvents(seqs);
   }
 
   async #send(events: RawEvent[]): Promise<void> {
@@ -226,6 +262,35 @@ export class LifecycleOutbox implements LifecycleSink {
       );
     }
   }
+}
+
+/** Attributes of a lifecycle event larger than this, as JSON, keep only their small values (LifecycleOutbox.event). */
+export const MAX_ATTRIBUTES_JSON_BYTES = 64 * 1024;
+/**
+ * The most one Publish carries: far below the events service's 16 MiB message limit (OZ0_MAX_MESSAGE_BYTES there),
+ * which it enforces on a stream by resetting it, an error that reads as an outage and was retried for ever.
+ */
+const MAX_SEND_BYTES = 4 * 1024 * 1024;
+/** A value's JSON larger than this is left out of bounded attributes. */
+const SMALL_VALUE_BYTES = 1024;
+
+/** What a Publish carries of an event, near enough: its attributes' text and its envelope's fields. */
+function eventBytes(event: RawEvent): number {
+  return event.attributesJson.length + 512;
+}
+
+/** The attributes' values (and an object's fields, one level down) whose JSON is small; the rest left out. */
+function smallValues(attributes: Record<string, unknown>): Record<string, unknown> {
+  const kept: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      const fields = Object.entries(value as Record<string, unknown>).filter(
+        ([, v]) => (v === null || typeof v !== "object") && (JSON.stringify(v)?.length ?? 0) <= SMALL_VALUE_BYTES,
+      );
+      kept[key] = Object.fromEntries(fields);
+    } else if ((JSON.stringify(value)?.length ?? 0) <= SMALL_VALUE_BYTES) kept[key] = value;
+  }
+  return kept;
 }
 
 /** Waits for `work` at most `ms`. */

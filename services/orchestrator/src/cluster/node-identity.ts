@@ -74,7 +74,7 @@ export class NodeIdentity {
    * The pod `token` proves, when it proves the heartbeat's claims; throws NodeIdentityError saying which does not
    * hold. Its uid pins the node to the URL it first came with (the registry's `register`).
    */
-  async verify(token: string | undefined, claimed: ClaimedNode): Promise<{ podUid: string }> {
+  async verify(token: string | undefined, claimed: ClaimedNode): Promise<{ uid: string; issuedAt: number }> {
     if (!token)
       throw new NodeIdentityError(
         `this orchestrator takes heartbeats only with the sandbox pod's own service-account token (audience ${NODE_IDENTITY_AUDIENCE}) in the ${NODE_IDENTITY_HEADER} header: give the heartbeat sidecar OZ0_NODE_IDENTITY_TOKEN_FILE, the path of that projected token (deploy/k8s/README.md, "Sandbox nodes")`,
@@ -86,7 +86,7 @@ export class NodeIdentity {
         issuer: this.#settings.issuer,
         audience: NODE_IDENTITY_AUDIENCE,
         subject: this.#subject,
-        requiredClaims: ["exp"],
+        requiredClaims: ["exp", "iat"],
         // The kubelet sends a renewed token at once: an orchestrator's clock a little behind the API server's must
         // not refuse it as not yet valid, and every node at each renewal with it.
         clockTolerance: CLOCK_TOLERANCE_SECONDS,
@@ -108,7 +108,7 @@ export class NodeIdentity {
       throw new NodeIdentityError(
         `url ${claimed.url} is not where this heartbeat came from (${claimed.peerAddress ?? "an address no longer known"}): with node identities a node advertises its pod's own IP (OZ0_ADVERTISE_URL from status.podIP), so no node can send orchestrators to another host`,
       );
-    return { podUid };
+    return { uid: podUid, issuedAt: payload.iat! };
   }
 
   /** The key set, read again when the file changed (the operator replaced it after the cluster's keys rotated). */

@@ -70,7 +70,7 @@ function toNode(row: NodeRow): SandboxNode {
 export class NodePinnedError extends Error {
   constructor(node: { id: string; url: string; registeredUrl: string }) {
     super(
-      `node ${node.id} was registered by its pod at ${node.registeredUrl}, and a pod keeps its address for life: the same pod's identity from ${node.url} is a copy of its token, refused`,
+      `node ${node.id} was registered by its pod at ${node.registeredUrl}, and a pod keeps its address for life: the same pod's identity from ${node.url}, or an earlier pod's of that name, is a copy of its token, refused`,
     );
     this.name = "NodePinnedError";
   }
@@ -112,22 +112,34 @@ export class SandboxNodeRegistry {
   /**
    * Registers a node (or updates its URL and capacity when it restarts);
    * counts as a heartbeat, so it frees the node's slots whose jobs ended
-   * (the RPC handler calls this on every heartbeat). `podUid`: the pod its
-   * identity token proved (node identities). A node registered by a pod
-   * stays at the URL it came with while that pod's token registers it: a
-   * pod keeps its address for life, so the same pod elsewhere is a copy of
-   * its token, refused with NodePinnedError. Another pod of that name (a
-   * StatefulSet's next) takes the node over.
+   * (the RPC handler calls this on every heartbeat). `pod`: the pod its
+   * identity token proved (node identities), and when the token was issued.
+   * A node registered by a pod stays at the URL it came with while that
+   * pod's token registers it: a pod keeps its address for life, so the same
+   * pod elsewhere is a copy of its token, refused with NodePinnedError.
+   * Another pod of that name (a StatefulSet's next) takes the node over with
+   * a token issued later than the last one it registered with; an earlier
+   * pod's token (a copy, valid for minutes after its pod was replaced) is
+   * refused.
    */
-  async register(node: { id: string; url: string; capacity: number; podUid?: string }): Promise<SandboxNode> {
+  async register(node: {
+    id: string;
+    url: string;
+    capacity: number;
+    pod?: { uid: string; issuedAt: number };
+  }): Promise<SandboxNode> {
     return withTransaction(this.#pool, async (client) => {
       const freed = await this.#freeEnded(client, node.id);
       const { rows } = await client.query<NodeRow>(
-        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat, pod_uid) VALUES ($1, $2, $3, 0, now(), now(), $5)
-         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4, last_heartbeat = now(), pod_uid = excluded.pod_uid
-         WHERE excluded.pod_uid = '' OR sandbox_nodes.pod_uid <> excluded.pod_uid OR sandbox_nodes.url = excluded.url
+        `INSERT INTO sandbox_nodes (id, url, capacity, placed, registered_at, last_heartbeat, pod_uid, pod_issued_at)
+         VALUES ($1, $2, $3, 0, now(), now(), $5, $6)
+         ON CONFLICT (id) DO UPDATE SET url = excluded.url, capacity = excluded.capacity, placed = sandbox_nodes.placed - $4,
+           last_heartbeat = now(), pod_uid = excluded.pod_uid, pod_issued_at = GREATEST(sandbox_nodes.pod_issued_at, excluded.pod_issued_at)
+         WHERE excluded.pod_uid = ''
+           OR (sandbox_nodes.pod_uid = excluded.pod_uid AND sandbox_nodes.url = excluded.url)
+           OR (sandbox_nodes.pod_uid <> excluded.pod_uid AND excluded.pod_issued_at > sandbox_nodes.pod_issued_at)
          RETURNING *`,
-        [node.id, node.url, node.capacity, freed, node.podUid ?? ""],
+        [node.id, node.url, node.capacity, freed, node.pod?.uid ?? "", node.pod?.issuedAt ?? 0],
       );
       if (rows.length === 0) {
         const { rows: pinned } = await client.query<{ url: string }>("SELECT url FROM sandbox_nodes WHERE id = $1", [

@@ -25,6 +25,13 @@ export interface StoredArtifact {
  * later session's `changes.patch`) are kept apart as `notes (2).md` and so on: each event's path keeps the
  * file it listed. A message delivered again finds its files as they were written, and writes nothing new.
  */
+/**
+ * The most files a job keeps of one artifacts message. An honest session sends its patch and the few files its
+ * result names; a node that sent thousands of empty files of one name made this replica stat and write each (the
+ * "(2)", "(3)" … names) for minutes, its event loop held (attacker review). The rest are dropped, and said so.
+ */
+export const MAX_ARTIFACT_FILES = 1_000;
+
 export function storeArtifacts(home: string, jobId: string, artifacts: SessionArtifact[]): StoredArtifact[] {
   if (artifacts.length === 0) return [];
   const dir = path.join(home, "jobs", jobId, "artifacts");

@@ -38,7 +38,7 @@ import {
   type PermissionRecord,
 } from "../store/job-store.js";
 import { ActiveJobs, type ActiveJob } from "./active-jobs.js";
-import { ARTIFACTS_WITHHELD, storeArtifacts } from "./job-artifacts.js";
+import { ARTIFACTS_WITHHELD, MAX_ARTIFACT_FILES, storeArtifacts } from "./job-artifacts.js";
 import { cancelReason, CANCELLED_BY_REQUEST, jobEnding, storedFailure } from "./job-ending.js";
 import {
   appendJobStep,
@@ -492,9 +492,16 @@ export class JobRunner {
             events: [{ event: { case: "artifacts", value: { artifacts: [], error: ARTIFACTS_WITHHELD } } }],
             job: seqPatch,
           };
-        const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts);
-        // The node's reason when it could not collect them is the job's to show (else "no artifacts", and no why).
-        const error = message.error ? clippedHarnessText(message.error) : "";
+        const artifacts = storeArtifacts(this.#o.home, jobId, message.artifacts.slice(0, MAX_ARTIFACT_FILES));
+        const dropped = message.artifacts.length - MAX_ARTIFACT_FILES;
+        // The node's reason when it could not collect them is the job's to show (else "no artifacts", and no why),
+        // and so is what this replica did not keep.
+        const error = [
+          ...(message.error ? [clippedHarnessText(message.error)] : []),
+          ...(dropped > 0
+            ? [`the node sent ${message.artifacts.length} files; the first ${MAX_ARTIFACT_FILES} are kept`]
+            : []),
+        ].join("; ");
         if (artifacts.length === 0 && !error) return emptyStep();
         return {
           ...emptyStep(),

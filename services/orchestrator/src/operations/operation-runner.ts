@@ -33,12 +33,13 @@ import { DEFAULT_MAX_STDERR_BYTES, stderrAppend, withStderr } from "../sessions/
 import { OperationCheckpoints, type OperationCheckpoint } from "./operation-checkpoints.js";
 import type { PermissionPolicy } from "../policy/permission-policy.js";
 import { toolResultViolation, type PermissionSeen } from "../policy/tool-call-audit.js";
-import type {
-  LifecycleSink,
-  SandboxMessage,
-  SessionChannel,
-  SessionRunner,
-  TokenIssuer,
+import {
+  SessionTooLargeError,
+  type LifecycleSink,
+  type SandboxMessage,
+  type SessionChannel,
+  type SessionRunner,
+  type TokenIssuer,
 } from "../sessions/session-runner.js";
 import { SessionDriver } from "../sessions/session-driver.js";
 import { agentSessionStart } from "../sessions/session-request.js";
@@ -89,8 +90,8 @@ export interface OperationParent {
   /** Writes a RuntimeToolResult to the parent's session (throws when its stream is gone; the next re-attach delivers). */
   answer(result: RuntimeToolResult): Promise<void>;
   /**
-   * A scratch session broke "every tool call asks first": the parent job fails with the rule, its session
-   * stopped, as when its own session breaks it.
+   * A scratch session broke "every tool call asks first", or its node sent more about it than a session may: the
+   * parent job fails with the rule, its session stopped, as when its own session breaks it.
    */
   brokeRule(rule: string): Promise<void>;
 }
@@ -841,6 +842,11 @@ export class OperationRunner {
         stopped: () => false,
         reattach: false,
       });
+      // Its node sent more about the scratch session than a session may: the parent's node (a scratch session runs
+      // there), so the parent job ends with it. Failing the operation alone let the job call it again, each time a
+      // budget afresh (attacker review).
+      if (end.kind === "refused" && end.error instanceof SessionTooLargeError)
+        await parent.brokeRule(end.error.message);
       if (end.kind === "unknown" || end.kind === "refused" || end.kind === "broken") throw end.error;
       if (bypass !== undefined)
         return {

@@ -80,16 +80,14 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
       async heartbeat(request, context) {
         const node = validNode(request, maxCapacity);
         const peer = context.values.get(PEER_ADDRESS);
-        let podUid: string | undefined;
         let registered: SandboxNode;
         try {
-          if (options.identity)
-            ({ podUid } = await options.identity.verify(context.requestHeader.get(NODE_IDENTITY_HEADER) ?? undefined, {
-              nodeId: node.id,
-              url: node.url,
-              peerAddress: peer,
-            }));
-          registered = await options.registry.register({ ...node, ...(podUid ? { podUid } : {}) });
+          const pod = await options.identity?.verify(context.requestHeader.get(NODE_IDENTITY_HEADER) ?? undefined, {
+            nodeId: node.id,
+            url: node.url,
+            peerAddress: peer,
+          });
+          registered = await options.registry.register({ ...node, ...(pod ? { pod } : {}) });
         } catch (error) {
           if (!(error instanceof NodeIdentityError || error instanceof NodePinnedError)) throw error;
           // Logged by source address, not by node id: a caller with the node token alone chooses the id, and

@@ -130,11 +130,20 @@ function toMessage(response: RunSessionResponse, sessionId: string): SandboxMess
  */
 function answerBytes(response: RunSessionResponse): number {
   const m = response.message;
-  if (m.case !== "artifacts") return toBinary(RunSessionResponseSchema, response).byteLength;
-  let bytes = Buffer.byteLength(m.value.patch) + Buffer.byteLength(m.value.error);
-  for (const file of m.value.files) bytes += Buffer.byteLength(file.path) + file.content.byteLength;
+  if (m.case !== "artifacts")
+    return Math.max(MESSAGE_STORED_BYTES, toBinary(RunSessionResponseSchema, response).byteLength);
+  let bytes = MESSAGE_STORED_BYTES + Buffer.byteLength(m.value.patch) + Buffer.byteLength(m.value.error);
+  for (const file of m.value.files)
+    bytes += MESSAGE_STORED_BYTES + Buffer.byteLength(file.path) + file.content.byteLength;
   return bytes;
 }
+
+/**
+ * The least a message (and each artifact file) counts for against the byte budget: what storing one costs, a row
+ * of the job's events with its indexes, or a file. Counted as received, a node's empty tool calls of 7 bytes were
+ * stored 42 times over (the job's event and the tool.called lifecycle event each), past the budget (attacker review).
+ */
+const MESSAGE_STORED_BYTES = 512;
 
 class SandboxChannel implements SessionChannel {
   readonly #requests = new MessageQueue<RunSessionRequest>();

@@ -408,6 +408,18 @@ export const MIGRATIONS: readonly OrchestratorMigration[] = [
     present: (p) => p.hasColumn("sandbox_nodes", "pod_uid"),
     up: (db) => [db.schema.alterTable("sandbox_nodes").addColumn("pod_uid", "text", (c) => c.notNull().defaultTo(""))],
   },
+  {
+    version: 21,
+    name: "when the pod's identity was issued",
+    part: "cluster",
+    only: "postgres",
+    // Another pod of a node's name takes it over only with a token issued later than the one that registered it:
+    // a copy of a replaced pod's token took the node back from its successor (attacker review).
+    present: (p) => p.hasColumn("sandbox_nodes", "pod_issued_at"),
+    up: (db) => [
+      db.schema.alterTable("sandbox_nodes").addColumn("pod_issued_at", "bigint", (c) => c.notNull().defaultTo(0)),
+    ],
+  },
 ];
 
 /** Kysely that only compiles (no connection): the DDL of a migration as text for one engine. */
