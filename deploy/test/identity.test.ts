@@ -392,7 +392,8 @@ function withRecordingKubectl(script: string, o: { work: string; cwd?: string; a
     path.join(bin, "kubectl"),
     [
       "#!/bin/sh",
-      `printf '%s\\t' "$@" >> "${log}"; echo >> "${log}"`,
+      // One write per call: the stages of a pipe run at once, and two appends each would interleave.
+      `line=$(printf '%s\\t' "$@"); printf '%s\\n' "$line" >> "${log}"`,
       `case "$*" in`,
       ...(o.answers ?? []).map((answer) => `  ${answer}`),
       "esac",

@@ -108,8 +108,10 @@ void test("postgres: the shared migrations build the schema the old SQL built, t
     assert.ok(old.length > 100, "the old schema is there to compare with");
     // Less what came after the old SQL: the job's traceparent (version 14), the runtime call that used a
     // permission (version 15), the session tokens to revoke (versions 16 and 17), who changed a permission's
-    // input (version 18), the rule a job's session broke (version 19).
+    // input (version 18), the rule a job's session broke (version 19), the pod a sandbox node was registered by and
+    // when its token was issued (versions 20 and 21).
     const newer = (line: string): boolean =>
+      line.startsWith("sandbox_nodes.pod_") ||
       line.startsWith("jobs.traceparent ") ||
       line.startsWith("jobs.rule_broken ") ||
       line.startsWith("permissions.runtime_call ") ||
@@ -122,6 +124,8 @@ void test("postgres: the shared migrations build the schema the old SQL built, t
       "jobs.traceparent text NO ''::text",
       "permissions.input_changed_by text NO ''::text",
       "permissions.runtime_call text NO ''::text",
+      "sandbox_nodes.pod_issued_at bigint NO 0",
+      "sandbox_nodes.pod_uid text NO ''::text",
       "session_tokens.claimed_until timestamp with time zone YES ",
       "session_tokens.job_id text NO ",
       "session_tokens.revoke_asked boolean NO ",
