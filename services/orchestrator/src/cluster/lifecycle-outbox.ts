@@ -85,13 +85,13 @@ export class LifecycleOutbox implements LifecycleSink {
    */
   event(type: LifecycleType, init: LifecycleInit): RawEvent {
     const event = rawEvent(type, { source: "orchestrator", ...init });
-    if (event.attributesJson.length > MAX_ATTRIBUTES_JSON_BYTES) {
-      const before = event.attributesJson.length;
+    const before = Buffer.byteLength(event.attributesJson);
+    if (before > MAX_ATTRIBUTES_JSON_BYTES) {
       const small = JSON.stringify(smallValues(init.attributes ?? {}));
       // Many small values can still be too many: then none.
-      event.attributesJson = small.length > MAX_ATTRIBUTES_JSON_BYTES ? "{}" : small;
+      event.attributesJson = Buffer.byteLength(small) > MAX_ATTRIBUTES_JSON_BYTES ? "{}" : small;
       this.#o.logger.warn(
-        { type, jobId: init.jobId, bytes: before, kept: event.attributesJson.length },
+        { type, jobId: init.jobId, bytes: before, kept: Buffer.byteLength(event.attributesJson) },
         "a lifecycle event's attributes were larger than an event keeps; only their small values are sent",
       );
     }
@@ -276,7 +276,7 @@ const SMALL_VALUE_BYTES = 1024;
 
 /** What a Publish carries of an event, near enough: its attributes' text and its envelope's fields. */
 function eventBytes(event: RawEvent): number {
-  return event.attributesJson.length + 512;
+  return Buffer.byteLength(event.attributesJson) + 512;
 }
 
 /** The attributes' values (and an object's fields, one level down) whose JSON is small; the rest left out. */

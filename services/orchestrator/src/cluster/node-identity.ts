@@ -77,7 +77,7 @@ export class NodeIdentity {
   async verify(token: string | undefined, claimed: ClaimedNode): Promise<{ uid: string; issuedAt: number }> {
     if (!token)
       throw new NodeIdentityError(
-        `this orchestrator takes heartbeats only with the sandbox pod's own service-account token (audience ${NODE_IDENTITY_AUDIENCE}) in the ${NODE_IDENTITY_HEADER} header: give the heartbeat sidecar OZ0_NODE_IDENTITY_TOKEN_FILE, the path of that projected token (deploy/k8s/README.md, "Sandbox nodes")`,
+        `this orchestrator takes heartbeats only with the sandbox pod's own service-account token (audience ${NODE_IDENTITY_AUDIENCE}) in the ${NODE_IDENTITY_HEADER} header: give the heartbeat sidecar OZ0_NODE_IDENTITY_TOKEN_FILE, the path of that projected token (deploy/k8s/README.md, "Node identities")`,
         true,
       );
     let payload: JWTPayload;

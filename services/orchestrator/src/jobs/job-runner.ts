@@ -979,8 +979,10 @@ function mergeSteps(a: AppendStep, b: AppendStep): AppendStep {
   };
 }
 
-/** Why the harness's exit fails its job, or "" when it does not. */
-/** What the session's exit says for the job's end (job-ending.ts): its result, how it exited, failed or took a stop. */
+/**
+ * What the session's exit says for the job's end (job-ending.ts): its result, how it exited, failed or took a stop;
+ * and, kept whole, what the job's session.ended reports.
+ */
 function heardExit(active: ActiveJob, message: Extract<SandboxMessage, { kind: "exited" }>): void {
   active.exit = message;
   if (!active.result && message.result) active.result = message.result;
@@ -989,6 +991,7 @@ function heardExit(active: ActiveJob, message: Extract<SandboxMessage, { kind: "
   active.killedAfterStop = message.killedAfterStop;
 }
 
+/** Why the harness's exit fails its job, or "" when it does not. */
 function exitError(message: Extract<SandboxMessage, { kind: "exited" }>): string {
   return (
     message.error ||
