@@ -85,6 +85,18 @@ void describe("the conformance kit's messages", () => {
     }
   });
 
+  void it("say why a route went untested when the host refused the harness's result line", async () => {
+    // route "auto": a harness that calls no model leaves both routes untested, each with what it did instead.
+    const report = await runConformance({ command: broken("lowercase-stop-reason"), graceMs, only: ["text"] });
+    assert.ok(report.untestedRoutes.length > 0);
+    for (const { reason } of report.untestedRoutes)
+      // The harness did write one: "without a result" alone sent its author looking for a missing line (newcomer review).
+      assert.match(
+        reason,
+        /made no model call \(it ended failed without a result the host took \(invalid_event: .*"completed" is not a StopReason name/,
+      );
+  });
+
   void it("name the stop reason of a result the harness ended with instead of being cancelled", async () => {
     const report = await runConformance({
       command: broken("refuses-openai"),

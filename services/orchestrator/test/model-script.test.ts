@@ -254,6 +254,8 @@ void test(
       const sh = (command: string): string => {
         const r = spawnSync("bash", ["-c", command], { cwd: dir, env, encoding: "utf8" });
         assert.equal(r.status, 0, `${command}\n${r.stdout}${r.stderr}`);
+        // Followed as written, the guide prints no warning a reader is not told of (its agent sets a budget).
+        assert.doesNotMatch(r.stderr, /warning/, command);
         return r.stdout;
       };
       for (const line of commands.slice(1)) {

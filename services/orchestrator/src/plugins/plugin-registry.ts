@@ -386,7 +386,7 @@ export class PluginRegistry {
       const instructionsFile = path.resolve(root, definition.instructions);
       if (!instructionsFile.startsWith(root + path.sep) || !existsSync(instructionsFile)) {
         throw invalidArgument(
-          `${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${definition.instructions} does not exist`,
+          `${rel}: field /instructions: expected a file in the plugin (a path relative to the plugin's folder); ${JSON.stringify(definition.instructions)} does not exist (instructions name a file, such as prompts/notes.md, not the text itself)`,
         );
       }
       return { file: rel, definition, instructions: readFileSync(instructionsFile, "utf8") };

@@ -353,9 +353,12 @@ async function probeHarness(settings: ScenarioSettings): Promise<Probe> {
     const calls = [...run.refusedRequests, ...run.allRequests].filter((call) => call.method === "POST");
     const other = calls.find((call) => !calledProvider(call.path, route));
     const result = run.outcome.result;
+    // A result the host refused (a lowercase stop reason, an unknown field's wrong type) is no result: the host's
+    // error says why, rather than "without a result" of a harness that wrote one.
+    const problem = run.outcome.error ? ` (${run.outcome.error.code}: ${run.outcome.error.message})` : "";
     const ended =
       result === undefined
-        ? `ended ${run.outcome.status} without a result`
+        ? `ended ${run.outcome.status} without a result the host took${problem}`
         : `ended ${stopReasonName(result.stopReason)}${result.error ? `: ${result.error}` : ""}`;
     return {
       harness: started === undefined ? undefined : { name: started.harnessName, version: started.harnessVersion },
