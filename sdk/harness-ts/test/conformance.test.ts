@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -513,6 +513,22 @@ void describe("the conformance kit", () => {
       process.execPath,
       here("./fixtures/broken/correct.mjs"),
     ]);
+  });
+
+  void it("runs from a built checkout for a harness in another language, in a folder with no node_modules", async () => {
+    // The guide's way for a Python or Go author: nothing installed in the plugin's folder (whose files count in its
+    // version), the kit run by its path in the checkout.
+    const folder = mkdtempSync(path.join(tmpdir(), "oz0-kit-from-checkout-"));
+    try {
+      copyFileSync(pythonHarness[1]!, path.join(folder, "harness.py"));
+      const { stdout } = await run(process.execPath, [cli, "--only", "handshake,text", "--", "python3", "harness.py"], {
+        cwd: folder,
+      });
+      assert.equal(stdout.trim().split("\n").at(-1), "2 passed, 0 failed", stdout);
+      assert.deepEqual(readdirSync(folder), ["harness.py"], "the kit left nothing in the author's folder");
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 
   void it("refuses a --route it does not know, naming the ones it does", async () => {
