@@ -85,7 +85,9 @@ export class LifecycleOutbox implements LifecycleSink {
    */
   event(type: LifecycleType, init: LifecycleInit): RawEvent {
     const event = rawEvent(type, { source: "orchestrator", ...init });
-    const before = Buffer.byteLength(event.attributesJson);
+    // A UTF-16 unit is at most 3 bytes of UTF-8: most events are read no further than their length.
+    const before =
+      event.attributesJson.length * 3 <= MAX_ATTRIBUTES_JSON_BYTES ? 0 : Buffer.byteLength(event.attributesJson);
     if (before > MAX_ATTRIBUTES_JSON_BYTES) {
       const small = JSON.stringify(smallValues(init.attributes ?? {}));
       // Many small values can still be too many: then none.
@@ -214,12 +216,14 @@ export class LifecycleOutbox implements LifecycleSink {
       );
       await this.#o.store.deleteLifecycleEvents([stored.seq]);
     }
+    const sizes = readable.map((c) => eventBytes(c.event));
     let rest = readable;
     while (rest.length > 0) {
+      const offset = readable.length - rest.length;
       let bytes = 0;
       let count = 0;
-      while (count < rest.length && (count === 0 || bytes + eventBytes(rest[count]!.event) <= MAX_SEND_BYTES))
-        bytes += eventBytes(rest[count++]!.event);
+      while (count < rest.length && (count === 0 || bytes + sizes[offset + count]! <= MAX_SEND_BYTES))
+        bytes += sizes[offset + count++]!;
       const part = rest.slice(0, count);
       rest = rest.slice(count);
       const seqs = part.map((c) => c.seq);

@@ -70,11 +70,6 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
         `${total} more heartbeats from ${from} were refused for their node identity`,
       ),
   });
-  const remember = (id: string, shape: string): void => {
-    known.delete(id);
-    known.set(id, shape);
-    if (known.size > MAX_KNOWN_NODES) known.delete(known.keys().next().value!);
-  };
   return [
     registration(SandboxNodeService, {
       async heartbeat(request, context) {
@@ -107,7 +102,9 @@ export function sandboxNodeServices(options: SandboxNodeServiceOptions): Service
         const shape = `${node.url} ${node.capacity}`;
         if (known.get(node.id) !== shape) {
           // Only what changed: a node sends one heartbeat every few seconds.
-          remember(node.id, shape);
+          known.delete(node.id);
+          known.set(node.id, shape);
+          if (known.size > MAX_KNOWN_NODES) known.delete(known.keys().next().value!);
           options.logger?.info(
             {
               node: node.id,
