@@ -44,6 +44,7 @@ import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
 import { chooseSyscallFilter } from "./syscall-filter.js";
 import { chooseListenPorts, servicePortsInEphemeralRange } from "./session-listen-ports.js";
+import { chooseSessionWrites } from "./session-write-rule.js";
 import {
   chooseSessionProcessLimit,
   DEFAULT_SESSION_MAX_PROCESSES,
@@ -174,6 +175,9 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     mode: isolation.mode,
     syscallFilter: filter.user !== undefined,
   });
+  // ...and write only in their own folders and the node's shared places, where the kernel can wall the rest off.
+  const writes = chooseSessionWrites({ mode: isolation.mode });
+  const domainLandlock = listenPorts.rule ?? writes.rule;
   const walled: ReturnType<typeof detectLandlock> =
     isolation.mode === "none"
       ? detectLandlock()
@@ -213,6 +217,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         ...processFields,
         ...filterFields,
         ...listenPorts.fields,
+        ...writes.fields,
         uids: range,
         reason: isolation.reason,
       },
@@ -249,6 +254,11 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     logger.warn(
       { ...listenPorts.fields },
       "sessions share the node's network and may listen on any port: one listening on a service's port while that service is down (a restart) gets its callers' credentials; give them bubblewrap, or Landlock's network rules (Linux 6.7+; see the sandbox README's The user mode)",
+    );
+  if (writes.fields?.sessionWrites === "anywhere")
+    logger.warn(
+      { ...writes.fields },
+      "sessions may write to every world-writable folder and file of the node, where what they leave outside the six shared places the sandbox empties outlives them, for the next session of the uid to read; give them bubblewrap, or a kernel with Landlock ABI 2 (Linux 5.19+; see the sandbox README's The user mode)",
     );
   for (const warning of users !== undefined ? isolation.sessionUsers.warnings : [])
     logger.warn({ uids: range }, warning);
@@ -299,7 +309,14 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             setprivPath: isolation.sessionUsers.setprivPath as string,
             users,
             syscallFilter: filter.user,
-            listenPortRule: listenPorts.rule,
+            domain:
+              domainLandlock !== undefined
+                ? {
+                    landlock: domainLandlock,
+                    kernelPortsOnly: listenPorts.rule !== undefined,
+                    confinedWrites: writes.rule !== undefined,
+                  }
+                : undefined,
           }
         : {
             mode: "none",

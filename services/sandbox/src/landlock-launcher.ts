@@ -62,6 +62,20 @@ const NEED_NETWORK_RULES = String.raw`$abi >= 4 or fail("the kernel's Landlock i
 const ALLOW_PORT_ZERO = String.raw`my $rule = pack("QQ", 1, 0);
 syscall(445, $ruleset, 2, $rule, 0) == 0 or fail("landlock_add_rule(port 0) failed: $!");`;
 
+/**
+ * allow(path, rights): a rule granting `rights` beneath `path`; for a file, only those of them in $file_rights, which
+ * the program sets first. A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try. O_PATH (010000000)
+ * and O_CLOEXEC (02000000) are the same on x86-64 and arm64, the two architectures LINUX_SYSCALLS
+ * (@oz0/harness/host) knows.
+ */
+const ALLOW_BENEATH = String.raw`sub allow {
+  my ($path, $rights) = @_;
+  sysopen(my $fh, $path, 010000000 | 02000000) or return;
+  $rights &= $file_rights unless -d $fh;
+  syscall(445, $ruleset, 1, pack("Ql", $rights & $fs, fileno($fh)), 0) == 0 or fail("landlock_add_rule($path) failed: $!");
+  close $fh;
+}`;
+
 /** Arguments: PROGRAM_HEAD's, then the command to exec inside the domain. */
 const ENTER_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $attr = pack("Q", 1 << 11);
@@ -83,7 +97,7 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
  * abstract Unix socket of, a process outside it. The network is not walled,
  * but for one rule when the argument after PROGRAM_HEAD's is 1 (ABI 4,
  * Linux 6.7+): TCP sockets bind port 0 alone, as in
- * ENTER_LISTEN_PORTS_DOMAIN below, so the program listens only where the
+ * ENTER_SESSION_DOMAIN below, so the program listens only where the
  * kernel picks, never on a stopped service's port (session-listen-ports.ts).
  * A path that cannot be opened is skipped, as bubblewrap's --ro-bind-try.
  * Run by root (an orchestrator as root), the program keeps no capability:
@@ -93,8 +107,6 @@ $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
  * so no exec gives root's back, its ambient set cleared (PR_CAP_AMBIENT 47,
  * CLEAR_ALL 4), then its effective, permitted and inheritable sets (capset,
  * _LINUX_CAPABILITY_VERSION_3, two 32-bit halves of each).
- * O_PATH (010000000) and O_CLOEXEC (02000000) are the same on x86-64 and
- * arm64, the two architectures LINUX_SYSCALLS (@oz0/harness/host) knows.
  */
 const ENTER_WALLED_DOMAIN = `${PROGRAM_HEAD}${String.raw`
 my $capset = shift @ARGV;
@@ -119,13 +131,7 @@ my $ruleset = syscall(444, $attr, length($attr), 0);
 $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
 if ($net) { ${ALLOW_PORT_ZERO} }
 my $file_rights = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15);
-sub allow {
-  my ($path, $rights) = @_;
-  sysopen(my $fh, $path, 010000000 | 02000000) or return;
-  $rights &= $file_rights unless -d $fh;
-  syscall(445, $ruleset, 1, pack("Ql", $rights & $fs, fileno($fh)), 0) == 0 or fail("landlock_add_rule($path) failed: $!");
-  close $fh;
-}
+${ALLOW_BENEATH}
 allow($_, (1 << 0) | (1 << 2) | (1 << 3)) for @read_only, "/proc/self";
 allow($_, $fs) for @writable;
 if ($> == 0) {
@@ -138,25 +144,60 @@ if ($> == 0) {
 `}${ENTER_AND_EXEC}`;
 
 /**
- * A domain whose only rule is on binding TCP sockets (ABI 4, Linux 6.7+),
- * allowed for port 0 alone: the kernel picks the port, from its ephemeral
- * range (session-listen-ports.ts says why). A ruleset attribute of 16 bytes
- * is { handled_access_fs, handled_access_net }: no file-system right handled;
- * LANDLOCK_ACCESS_NET_BIND_TCP is 1; a LANDLOCK_RULE_NET_PORT (2) rule is {
- * allowed_access, port }, both 64 bits. From ABI 6 (Linux 6.12) a third, its
- * scope, is LANDLOCK_SCOPE_SIGNAL (2): no signal to a process outside the
- * domain. What a session starts shares a uid with the helpers the sandbox runs
- * as that uid (session-user-helper.ts), and would otherwise stop them (SIGSTOP):
- * the killer of the uid's processes, the remover of its files.
+ * The `user` mode's domain, entered as root before setpriv drops to the
+ * session's uid (session-user-launcher.ts). Arguments: PROGRAM_HEAD's; 1 or
+ * 0 (the network rule below); how many writable paths, then them; then the
+ * command. It has up to three parts:
+ *
+ * - The network rule (ABI 4, Linux 6.7+), when the argument after
+ *   PROGRAM_HEAD's is 1: TCP sockets may bind port 0 alone, so the kernel
+ *   picks the port from its ephemeral range (session-listen-ports.ts says
+ *   why). A ruleset attribute's second field is handled_access_net:
+ *   LANDLOCK_ACCESS_NET_BIND_TCP is 1.
+ * - The write rule, when writable paths are given (ABI 2, Linux 5.19+; before
+ *   it a file never moved to another folder in a domain that handles any
+ *   file-system right, and git moves its objects so): every right that
+ *   changes the file system is handled (write_file 1, remove_dir 4 to
+ *   make_sym 12, refer 13, and truncate 14 from ABI 3) and allowed beneath
+ *   those paths alone, and writing to (and truncating) what already lies
+ *   beneath /dev, its devices (/dev/null, a terminal). Reading and running
+ *   stay unhandled, so free (session-write-rule.ts says why writes are
+ *   walled).
+ * - From ABI 6 (Linux 6.12) a scope, LANDLOCK_SCOPE_SIGNAL (2): no signal to a
+ *   process outside the domain. What a session starts shares a uid with the
+ *   helpers the sandbox runs as that uid (session-user-helper.ts), and would
+ *   otherwise stop them (SIGSTOP): the killer of the uid's processes, the
+ *   remover of its files.
+ *
+ * A path that cannot be opened is skipped (a node without /var/crash).
  */
-const ENTER_LISTEN_PORTS_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+const ENTER_SESSION_DOMAIN = `${PROGRAM_HEAD}${String.raw`
+my $kernel_ports_only = shift @ARGV;
+my $count = shift @ARGV;
+my @writable = splice(@ARGV, 0, $count);
 my $abi = syscall(444, 0, 0, 1);
 $abi >= 1 or fail("the kernel has no Landlock: $!");
-${NEED_NETWORK_RULES}
-my $attr = $abi >= 6 ? pack("QQQ", 0, 1, 2) : pack("QQ", 0, 1);
+my $net = 0;
+if ($kernel_ports_only) {
+  ${NEED_NETWORK_RULES}
+  $net = 1;
+}
+my $fs = 0;
+if (@writable) {
+  $abi >= 2 or fail("the kernel's Landlock is ABI $abi; a rule on writes needs ABI 2 (Linux 5.19+)");
+  $fs = (1 << 1) | (((1 << 14) - 1) & ~((1 << 4) - 1));
+  $fs |= 1 << 14 if $abi >= 3;
+}
+my $attr = $abi >= 6 ? pack("QQQ", $fs, $net, 2) : $net ? pack("QQ", $fs, $net) : pack("Q", $fs);
 my $ruleset = syscall(444, $attr, length($attr), 0);
 $ruleset >= 0 or fail("landlock_create_ruleset failed: $!");
-${ALLOW_PORT_ZERO}
+if ($net) { ${ALLOW_PORT_ZERO} }
+my $file_rights = (1 << 1) | (1 << 14);
+${ALLOW_BENEATH}
+if ($fs) {
+  allow($_, $fs) for @writable;
+  allow("/dev", $file_rights);
+}
 `}${ENTER_AND_EXEC}`;
 
 /** Where a harness can be started inside a Landlock domain: a perl, and the syscall numbers here. */
@@ -177,25 +218,43 @@ export function detectLandlock(options: { perlPath?: string } = {}): LandlockDet
   });
 }
 
-/** The same for the domain of listenPortsCommand: Landlock with network rules. */
+/** The same for the network rule of sessionDomainCommand: Landlock with network rules. */
 export function detectListenPortsDomain(options: { perlPath?: string } = {}): LandlockDetection {
   return detectWith({
     ...options,
-    program: ENTER_LISTEN_PORTS_DOMAIN,
+    program: ENTER_SESSION_DOMAIN,
+    programArgs: ["1", "0"],
     needs: "the kernel needs Landlock with network rules (Linux 6.7+, landlock in its LSM list)",
+  });
+}
+
+/** The same for the write rule of sessionDomainCommand: Landlock ABI 2. */
+export function detectWriteRuleDomain(options: { perlPath?: string } = {}): LandlockDetection {
+  return detectWith({
+    ...options,
+    program: ENTER_SESSION_DOMAIN,
+    programArgs: ["0", "1", "/"],
+    needs: "the kernel needs Landlock ABI 2 (Linux 5.19+, landlock in its LSM list)",
   });
 }
 
 export type LandlockDetection = { landlock: Landlock; reason?: undefined } | { landlock?: undefined; reason: string };
 
-function detectWith(options: { perlPath?: string; program: string; needs: string }): LandlockDetection {
+function detectWith(options: {
+  perlPath?: string;
+  program: string;
+  /** The program's own arguments, between PROGRAM_HEAD's and the command. */
+  programArgs?: readonly string[];
+  needs: string;
+}): LandlockDetection {
   if (process.platform !== "linux") return { reason: `Landlock is Linux's (this is ${process.platform})` };
   const syscalls = LINUX_SYSCALLS[process.arch];
   if (syscalls === undefined)
     return { reason: `prctl's syscall number is not known for ${process.arch} (only x64 and arm64)` };
   const perlPath = options.perlPath ?? systemCommand("perl");
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
-  const trial = spawnSync(perlPath, ["-e", options.program, ...head(syscalls), "/bin/sh", "-c", "exit 7"], {
+  const args = ["-e", options.program, ...head(syscalls), ...(options.programArgs ?? []), "/bin/sh", "-c", "exit 7"];
+  const trial = spawnSync(perlPath, args, {
     encoding: "utf8",
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -264,13 +323,40 @@ export function walledCommand(
 }
 
 /**
- * `command`, run inside a Landlock domain where it may bind TCP sockets to port 0 only (ENTER_LISTEN_PORTS_DOMAIN
- * above), and under the seccomp program `filterProgram` when given, loaded by the same perl.
+ * `command` inside the `user` mode's domain (ENTER_SESSION_DOMAIN above): TCP sockets bind port 0 alone when
+ * `kernelPortsOnly`, the file system is changed only beneath `writable` when any is given, and signals reach nothing
+ * outside; under the seccomp program `filterProgram` too when given, loaded by the same perl.
  */
+export function sessionDomainCommand(
+  landlock: Landlock,
+  options: {
+    /** TCP sockets may bind port 0 alone (detectListenPortsDomain says whether the kernel can). */
+    kernelPortsOnly: boolean;
+    /** Where the command may write; none: writes are not walled (detectWriteRuleDomain says whether they can be). */
+    writable: readonly string[];
+    filterProgram?: string | undefined;
+    command: readonly string[];
+  },
+): string[] {
+  return [
+    ...perlRunning(landlock, ENTER_SESSION_DOMAIN, options.filterProgram),
+    options.kernelPortsOnly ? "1" : "0",
+    String(options.writable.length),
+    ...options.writable,
+    ...options.command,
+  ];
+}
+
+/** `command` where it may bind TCP sockets to port 0 only (the network rule of sessionDomainCommand alone). */
 export function listenPortsCommand(
   landlock: Landlock,
   command: readonly string[],
   options: { filterProgram?: string | undefined } = {},
 ): string[] {
-  return [...perlRunning(landlock, ENTER_LISTEN_PORTS_DOMAIN, options.filterProgram), ...command];
+  return sessionDomainCommand(landlock, {
+    kernelPortsOnly: true,
+    writable: [],
+    filterProgram: options.filterProgram,
+    command,
+  });
 }

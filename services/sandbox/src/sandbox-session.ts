@@ -62,7 +62,7 @@ import {
 } from "./session-directories.js";
 import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
 import { yieldingLauncher } from "./session-precedence.js";
-import { sessionUserLauncher } from "./session-user-launcher.js";
+import { sessionUserLauncher, type UserModeDomain } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import type { SessionUser } from "./session-user-processes.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
@@ -81,7 +81,7 @@ export type SessionIsolation =
       setprivPath: string;
       acquireUser: () => Promise<SessionUserLease>;
       syscallFilter?: UserModeSyscallFilter | undefined;
-      listenPortRule?: Landlock | undefined;
+      domain?: UserModeDomain | undefined;
     }
   | {
       mode: "bwrap";
@@ -462,7 +462,8 @@ export class SandboxSession {
         ...(paths.sharesWorkingDir ? {} : { killAll: () => user.killAll() }),
         processLimit: this.#options.processLimit,
         syscallFilter: isolation.syscallFilter,
-        listenPortRule: isolation.listenPortRule,
+        domain: isolation.domain,
+        paths,
       });
     }
     const keep = this.#options.keep;

@@ -10,6 +10,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { ProtocolVersion, SessionRequestSchema } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import type { SessionInfo, StartSession } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import type { Landlock } from "./landlock-launcher.js";
+import type { UserModeDomain } from "./session-user-launcher.js";
 import type { Containment } from "@oz0/harness/host";
 import { ephemeralRangeStart, type Logger } from "@oz0/serving";
 import { ForwardBudget, planLlmForwards, SharedLlmListeners, type ForwardLimits } from "./llm-forwarder.js";
@@ -65,8 +66,8 @@ export interface SessionRegistryOptions {
         setprivPath: string;
         users: SessionUserPool;
         syscallFilter?: UserModeSyscallFilter | undefined;
-        /** The Landlock rule that lets sessions listen only on ports the kernel picks (session-listen-ports.ts). */
-        listenPortRule?: Landlock | undefined;
+        /** The Landlock domain sessions run in: their listening ports and their writes (session-user-launcher.ts). */
+        domain?: UserModeDomain | undefined;
       }
     | {
         mode: "bwrap";
@@ -487,13 +488,13 @@ export class SessionRegistry {
     const isolation = this.#options.isolation;
     if (isolation.mode === "none") return isolation;
     if (isolation.mode === "user") {
-      if (isolation.listenPortRule !== undefined) this.#warnOfLlmPortsInEphemeralRange(options.request);
+      if (isolation.domain?.kernelPortsOnly === true) this.#warnOfLlmPortsInEphemeralRange(options.request);
       return {
         mode: "user",
         setprivPath: isolation.setprivPath,
         acquireUser: userFor(shared, isolation.users),
         syscallFilter: isolation.syscallFilter,
-        listenPortRule: isolation.listenPortRule,
+        domain: isolation.domain,
       };
     }
     const listeners = options.sharedForwards ? this.#listeners : undefined;

@@ -13,7 +13,20 @@ import { findCommand, processGroupLauncher, type HarnessLauncher } from "@oz0/ha
 import type { SessionUser } from "./session-user-processes.js";
 import { withProcessLimit, type SessionProcessLimit } from "./session-process-limit.js";
 import { filteredCommand, type UserModeSyscallFilter } from "./syscall-filter.js";
-import { listenPortsCommand, type Landlock } from "./landlock-launcher.js";
+import { sessionDomainCommand, type Landlock } from "./landlock-launcher.js";
+import { sessionWritablePaths } from "./session-write-rule.js";
+
+/**
+ * The Landlock domain a `user`-mode session runs in (landlock-launcher.ts's sessionDomainCommand), entered as root
+ * before setpriv drops to the uid: it stays through every exec and change of uid after.
+ */
+export interface UserModeDomain {
+  landlock: Landlock;
+  /** TCP sockets bind port 0 alone: the session listens only where the kernel picks (session-listen-ports.ts). */
+  kernelPortsOnly: boolean;
+  /** The session changes the file system only beneath its own directories and the shared places (session-write-rule.ts). */
+  confinedWrites: boolean;
+}
 
 /** setpriv's arguments that make the rest of the command run as `user`, unprivileged for good. */
 export function setprivUserArgs(user: SessionUser): string[] {
@@ -102,8 +115,10 @@ export function sessionUserLauncher(options: {
   processLimit?: SessionProcessLimit | undefined;
   /** The seccomp filter the harness runs under, loaded by perl as root just before setpriv drops to the uid (syscall-filter.ts). */
   syscallFilter?: UserModeSyscallFilter | undefined;
-  /** The Landlock domain that lets the harness listen only on ports the kernel picks, entered as root (session-listen-ports.ts). */
-  listenPortRule?: Landlock | undefined;
+  /** The Landlock domain the harness runs in, when the kernel has one to give. */
+  domain?: UserModeDomain | undefined;
+  /** The session's working and state directories: where, with the shared places, a confined session may write. */
+  paths: { workingDir: string; stateDir: string };
 }): HarnessLauncher {
   const inner = processGroupLauncher();
   return {
@@ -121,7 +136,7 @@ export function sessionUserLauncher(options: {
         // kernel counts the processes of the uid each runs as, whenever the limit was set.
         // The filter is loaded while root too, which reads its program wherever the sandbox is installed (the uid may
         // not pass the folders); it stays through setpriv and the harness's exec. So does the Landlock domain that keeps
-        // the session off the node's service ports, entered first.
+        // the session off the node's service ports and its writes in its own places, entered first.
         command: withProcessLimit(
           options.processLimit,
           confined(options, [
@@ -147,12 +162,22 @@ export function sessionUserLauncher(options: {
   };
 }
 
-/** `command` in the port domain and under the filter, each where there is one: one perl enters both. */
+/** `command` in the session's domain and under the filter, each where there is one: one perl enters both. */
 function confined(
-  options: { listenPortRule?: Landlock | undefined; syscallFilter?: UserModeSyscallFilter | undefined },
+  options: {
+    domain?: UserModeDomain | undefined;
+    syscallFilter?: UserModeSyscallFilter | undefined;
+    paths: { workingDir: string; stateDir: string };
+  },
   command: string[],
 ): string[] {
-  const { listenPortRule: rule, syscallFilter: filter } = options;
-  if (rule !== undefined) return listenPortsCommand(rule, command, { filterProgram: filter?.program });
+  const { domain, syscallFilter: filter } = options;
+  if (domain !== undefined)
+    return sessionDomainCommand(domain.landlock, {
+      kernelPortsOnly: domain.kernelPortsOnly,
+      writable: domain.confinedWrites ? sessionWritablePaths(options.paths) : [],
+      filterProgram: filter?.program,
+      command,
+    });
   return filter !== undefined ? filteredCommand({ ...filter, command }) : command;
 }

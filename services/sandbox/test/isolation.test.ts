@@ -1,6 +1,6 @@
 // What a session can see and reach, in every isolation mode.
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
@@ -14,7 +14,8 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { findSetpriv } from "../src/parent-death-launcher.js";
 import { sessionSyscallFilter } from "../src/syscall-filter.js";
 import { chooseListenPorts, servicePortsInEphemeralRange } from "../src/session-listen-ports.js";
-import { detectListenPortsDomain } from "../src/landlock-launcher.js";
+import { detectListenPortsDomain, detectWriteRuleDomain } from "../src/landlock-launcher.js";
+import { chooseSessionWrites } from "../src/session-write-rule.js";
 import {
   FIXTURES,
   isText,
@@ -55,12 +56,6 @@ async function stoppedServicePort(): Promise<number> {
     await new Promise((resolve) => server.close(resolve));
     return port;
   }
-}
-
-/** Whether this process, the sandbox under test, holds CAP_SYS_RESOURCE (capability 24; not in a container's default set). */
-function holdsSysResource(): boolean {
-  const effective = /^CapEff:\s+([0-9a-f]+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? "0";
-  return ((BigInt(`0x${effective}`) >> 24n) & 1n) === 1n;
 }
 
 /**
@@ -245,8 +240,9 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           // Under a uid of its own, a file private to the sandbox's user is out of reach, and no capability is left.
           assert.equal(dump.reads[secretFile], "ERROR EACCES");
           assert.equal(dump.capEff, "0000000000000000");
-          // Written with CAP_SYS_RESOURCE, the score is also the floor the session cannot go below.
-          assert.equal(dump.oomLowered, holdsSysResource() ? "ERROR EACCES" : "ok");
+          // The score cannot be lowered: /proc is not among the places its domain lets it write (session-write-rule.ts;
+          // without that, only a score written with CAP_SYS_RESOURCE would be a floor).
+          assert.equal(dump.oomLowered, "ERROR EACCES");
         }
       }
     });
@@ -457,6 +453,51 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         });
       });
 
+    // A user-mode session shares the node's file system: a world-writable folder or file outside the shared places the
+    // sandbox empties would keep what it wrote there for the uid's next session (uids are reused). It writes only in
+    // its own folders, the shared places and the devices in /dev.
+    if (mode === "user")
+      void it("writes only in its own folders, the node's shared places and /dev's devices (Landlock)", async () => {
+        // Outside /tmp and the other shared places, as a node's stray 1777 folder and 0666 file would be.
+        const strayDir = mkdtempSync("/var/lib/oz0-world-writable-");
+        const strayFile = path.join(strayDir, "open-to-all.log");
+        writeFileSync(strayFile, "");
+        chmodSync(strayFile, 0o666);
+        chmodSync(strayDir, 0o1777);
+        const shared = [`/tmp/oz0-probe-${process.pid}`, `/dev/shm/oz0-probe-${process.pid}`];
+        try {
+          const stream = await runToEnd(
+            t.client,
+            scenarioStart({
+              mode: "probe",
+              write: [path.join(strayDir, "left-behind"), strayFile, ...shared, "/dev/null"],
+              moves: [["made-here", "sub/moved-here"]],
+            }),
+          );
+          assert.equal(stream.exited().status, SessionStatus.COMPLETED, stream.exited().errorMessage);
+          const report = JSON.parse(stream.texts()[0] ?? "{}") as {
+            writes: Record<string, string>;
+            moves: Record<string, string>;
+            privateFiles: Record<string, string>;
+          };
+          assert.deepEqual(report.writes, {
+            [path.join(strayDir, "left-behind")]: "ERROR EACCES",
+            [strayFile]: "ERROR EACCES",
+            [shared[0]!]: "ok",
+            [shared[1]!]: "ok",
+            "/dev/null": "ok",
+          });
+          // Its own folders: written, and a file moved between two folders of its working directory (git does so).
+          assert.deepEqual(report.privateFiles, { home: "ok", tmpdir: "ok" });
+          assert.deepEqual(report.moves, { "made-here sub/moved-here": "ok" });
+          assert.deepEqual(readdirSync(strayDir), ["open-to-all.log"]);
+          assert.equal(readFileSync(strayFile, "utf8"), "");
+        } finally {
+          rmSync(strayDir, { recursive: true, force: true });
+          for (const file of shared) rmSync(file, { force: true });
+        }
+      });
+
     // A sysctl's file is writable by its owner, uid 0 of the node: a session running as that uid (bubblewrap started
     // by a root sandbox) could otherwise set kernel.core_pattern, a program the kernel runs as root at the next crash.
     // The probe writes "x", which no integer setting takes (EINVAL), should this ever fail open.
@@ -593,6 +634,24 @@ void describe("isolation setting", () => {
     assert.deepEqual(chooseListenPorts({ ...common, setting: "ephemeral", mode: "bwrap" }), {});
   });
 
+  void it("walls a user-mode session's writes where the kernel can, and says why not where it cannot", () => {
+    const landlock = { perlPath: "/usr/bin/perl", syscalls: { prctl: 157, close: 3, capset: 126 } };
+    const works = (): ReturnType<typeof detectWriteRuleDomain> => ({ landlock });
+    const old = (): ReturnType<typeof detectWriteRuleDomain> => ({ reason: "the kernel's Landlock is ABI 1" });
+    assert.deepEqual(chooseSessionWrites({ mode: "user", detect: works }), {
+      rule: landlock,
+      fields: { sessionWrites: "confined" },
+    });
+    assert.deepEqual(chooseSessionWrites({ mode: "user", detect: old }), {
+      fields: { sessionWrites: "anywhere", sessionWritesReason: "the kernel's Landlock is ABI 1" },
+    });
+    // Bubblewrap binds only the session's folders writable; the none mode writes as the sandbox's user.
+    assert.deepEqual(chooseSessionWrites({ mode: "bwrap", detect: works }), {});
+    assert.deepEqual(chooseSessionWrites({ mode: "none", detect: works }), {});
+    // This kernel can: what the user mode's tests above rely on.
+    assert.equal(detectWriteRuleDomain().reason, undefined);
+  });
+
   void it("names the service ports on loopback a user-mode session could be handed", () => {
     const peers = [
       "http://127.0.0.1:7703",
@@ -690,6 +749,12 @@ void describe("isolation setting", () => {
         assert.equal(
           lines.some((line) => line.level === "warn" && line.fields.sessionListenPorts === "any"),
           setting.listenPorts === "any",
+          JSON.stringify(setting),
+        );
+        // Where a user-mode session may write: walled off, whatever the ports' setting.
+        assert.equal(
+          named[0]?.fields.sessionWrites,
+          setting.isolation === "user" ? "confined" : undefined,
           JSON.stringify(setting),
         );
         // Its own port is the kernel's choice (port 0), in the ephemeral range: a session could be handed it.
