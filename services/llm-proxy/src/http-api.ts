@@ -313,6 +313,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
     await traceModelCall(
       {
         incoming: req.headers,
+        sessionTrace: token.traceparent,
         outgoing: headers,
         provider: found.provider,
         operation: "chat",

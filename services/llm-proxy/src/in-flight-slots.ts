@@ -13,10 +13,11 @@
 // power cut (SQLite runs with synchronous = NORMAL; an `fdatasync` per call
 // measured 400–600 µs on this machine's disk, more than the whole call).
 //
-// Each process writes a file of its own (`in-flight/<owner>.v2.slots`), so a
+// Each process writes a file of its own (`in-flight/<owner>.v3.slots`), so a
 // later start tells a dead process's calls from its own. The file's name
 // carries the version of this layout: a start refuses (it does not serve) a
-// file of another version, or with a row it cannot read, naming the file,
+// file of a version it cannot read (it reads its own and those UPGRADES names),
+// or with a row it cannot read, naming the file,
 // rather than replay part of it; a file without a version is of version 1,
 // the layout before it was named. A slot is one page
 // (a write within a page is never torn by a kill) holding, after its length,
@@ -42,8 +43,13 @@ const LENGTH_BYTES = 4;
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
 /** The layout of slots and rows this code writes and reads (a change to either is a new version). */
-// Version 2: a token's row holds its budget session (7 values).
-const FORMAT_VERSION = 2;
+// Version 2: a token's row holds its budget session (7 values). Version 3: and its traceparent (8); a file of version 2
+// is read as one of 3 whose tokens have none.
+const FORMAT_VERSION = 3;
+/** Older versions read, with how each row of theirs becomes this version's. */
+const UPGRADES: ReadonlyMap<number, (kind: HeldKind, values: unknown[]) => unknown[]> = new Map([
+  [2, (kind: HeldKind, values: unknown[]) => (kind === "token" && values.length === 7 ? [...values, null] : values)],
+]);
 const VERSIONED = /\.v(\d+)\.slots$/;
 
 /** Rows written to slots until they are committed, by kind (the values as the statement that writes each takes them). */
@@ -190,7 +196,8 @@ export class InFlightSlots {
     };
     for (const file of files) {
       const version = Number(VERSIONED.exec(file)?.[1] ?? 1);
-      if (version !== FORMAT_VERSION)
+      const upgrade = UPGRADES.get(version);
+      if (version !== FORMAT_VERSION && upgrade === undefined)
         throw new Error(
           `the slot file ${file} is of version ${version} of their layout and this llm-proxy reads version ${FORMAT_VERSION}: ${slotFileAdvice(file)}`,
         );
@@ -200,8 +207,9 @@ export class InFlightSlots {
         if (length === 0 || length > SLOT_BYTES - LENGTH_BYTES) continue;
         const entry = parseEntry(bytes.toString("utf8", at + LENGTH_BYTES, at + LENGTH_BYTES + length));
         if (!entry) continue;
-        const [code, ...values] = entry;
+        const [code, ...stored] = entry;
         const kind = KINDS.get(code as string);
+        const values = kind !== undefined && upgrade !== undefined ? upgrade(kind, stored) : stored;
         const refuse = (what: string): Error =>
           new Error(`the slot file ${file} holds ${what} in slot ${at / SLOT_BYTES}: ${slotFileAdvice(file)}`);
         if (kind) {

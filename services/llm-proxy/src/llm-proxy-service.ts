@@ -96,14 +96,17 @@ export interface LlmProxyServiceOptions {
 
 export function llmProxyService(options: LlmProxyServiceOptions): Partial<ServiceImpl<typeof LlmProxyService>> {
   return {
-    mintSessionToken: (request) =>
+    mintSessionToken: (request, context) =>
       mapped(async () => {
+        // The orchestrator mints a session's token inside the session's span: its calls' spans go in that trace.
+        const traceparent = context.requestHeader.get("traceparent");
         const { token } = await options.tokens.mint({
           job: request.job,
           agent: request.agent,
           session: request.session,
           budgetUsd: request.budgetUsd,
           ...(request.budgetSession ? { budgetSession: request.budgetSession } : {}),
+          ...(traceparent !== null ? { traceparent } : {}),
         });
         const base = options.publicUrl();
         return create(MintSessionTokenResponseSchema, {

@@ -274,6 +274,7 @@ export class PostgresProxyStore implements ProxyStore {
       token.budgetUsd,
       token.createdAt,
       token.budgetSession ?? null,
+      token.traceparent ?? null,
     ]);
   }
 

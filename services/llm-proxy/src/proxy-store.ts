@@ -56,6 +56,11 @@ export interface TokenRecord {
   budgetUsd: number;
   /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
   budgetSession?: string;
+  /**
+   * The W3C traceparent the token was minted in: the orchestrator's span of the session. Its calls' spans go in that
+   * trace, whatever trace a harness names (tracing.ts).
+   */
+  traceparent?: string;
   createdAt: Date;
   revokedAt?: Date;
   /**

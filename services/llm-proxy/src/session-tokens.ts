@@ -5,6 +5,8 @@ import { ProxyError } from "./proxy-error.js";
 import type { ProxyStore, TokenRecord, TokenUseAnswer } from "./proxy-store.js";
 
 const PREFIX = "oz0st_";
+/** A W3C traceparent of version 00 with ids that are not all zeros (an invalid one names no trace). */
+const TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 export interface MintTokenInput {
   job: string;
@@ -14,6 +16,8 @@ export interface MintTokenInput {
   budgetUsd?: number;
   /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
   budgetSession?: string;
+  /** The trace context it is minted in (the MintSessionToken call's `traceparent`); kept when well formed. */
+  traceparent?: string;
 }
 
 export interface SessionTokensOptions {
@@ -77,6 +81,9 @@ export class SessionTokens {
       session: input.session,
       budgetUsd,
       ...(input.budgetSession && input.budgetSession !== input.session ? { budgetSession: input.budgetSession } : {}),
+      ...(input.traceparent !== undefined && TRACEPARENT.test(input.traceparent)
+        ? { traceparent: input.traceparent }
+        : {}),
       createdAt: this.#now(),
     };
     await this.#store.putToken(record);

@@ -43,6 +43,7 @@ import {
   REVOKE_PARAMETERS,
   upsertSecret,
   UPSERT_SECRET_PARAMETERS,
+  TOKEN_COLUMNS,
 } from "./store-queries.js";
 import { migrateSqlite } from "./store-migrations.js";
 import {
@@ -86,7 +87,6 @@ const END_CALL = compiled(db.deleteFrom("pending_calls").where("operation_id", "
 const ORPHANED_CALLS = compiled(db.deleteFrom("pending_calls").where("owner", "<>", param("owner")).returningAll(), [
   "owner",
 ]);
-const TOKEN_COLUMNS = ["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"];
 /** Values of each kind of row in a slot, as the statement that writes it takes them (a first use: time, hash). */
 const HELD_COLUMNS: HeldColumns = {
   token: TOKEN_COLUMNS.length,
@@ -294,6 +294,7 @@ export class SqliteProxyStore implements ProxyStore {
       token.budgetUsd,
       token.createdAt.getTime(),
       token.budgetSession ?? null,
+      token.traceparent ?? null,
     ];
     // In its slot it survives the process being killed before the token is handed out;
     // committed with the next group (a hash met twice would be a collision of 256 random bits).
@@ -310,6 +311,7 @@ export class SqliteProxyStore implements ProxyStore {
       session: token.session,
       budget_usd: token.budgetUsd,
       budget_session: token.budgetSession ?? null,
+      traceparent: token.traceparent ?? null,
       created_at: token.createdAt.getTime(),
       revoked_at: null,
       used_at: null,

@@ -290,6 +290,13 @@ $fn$`,
     up: (db) => [db.schema.createIndex("calls_by_start").on("calls").column("started_at")],
     concurrentIndex: { name: "calls_by_start", table: "calls", columns: ["started_at"] },
   },
+  {
+    version: 8,
+    name: "the trace a session token was minted in",
+    // A model call's span goes in its session's trace, not in whichever one its harness names (tracing.ts).
+    up: (db) => [db.schema.alterTable("session_tokens").addColumn("traceparent", "text")],
+    present: (probe) => probe.hasColumn("session_tokens", "traceparent"),
+  },
 ];
 
 /** A migration's statements, compiled for the engine. */

@@ -21,6 +21,17 @@ import { METERING_COLUMNS } from "./store-rows.js";
 /** The columns of a metering insert, in the order meteringValues gives them, then the attempt or attempt count. */
 export const ATTEMPT_COLUMNS = [...METERING_COLUMNS, "attempt"] as const;
 export const CALL_COLUMNS = [...METERING_COLUMNS, "attempts"] as const;
+/** A session token's row, as putToken takes its values (and a slot holds them: in-flight-slots.ts). */
+export const TOKEN_COLUMNS = [
+  "hash",
+  "job",
+  "agent",
+  "session",
+  "budget_usd",
+  "created_at",
+  "budget_session",
+  "traceparent",
+] as const;
 
 /** INSERT of metering rows (values in ATTEMPT_COLUMNS or CALL_COLUMNS order). */
 export function insertMetering(
@@ -131,12 +142,7 @@ export function proxyQueries(engine: EngineName): ProxyQueries {
   return {
     getSecret: compiled(db.selectFrom("secrets").selectAll().where("name", "=", param("name")), ["name"]),
     listSecrets: compiled(db.selectFrom("secrets").select(["name", "created_at", "updated_at"]).orderBy("name"), []),
-    putToken: compiled(
-      db
-        .insertInto("session_tokens")
-        .values(namedValues(["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"])),
-      ["hash", "job", "agent", "session", "budget_usd", "created_at", "budget_session"],
-    ),
+    putToken: compiled(db.insertInto("session_tokens").values(namedValues(TOKEN_COLUMNS)), TOKEN_COLUMNS),
     findToken: compiled(db.selectFrom("session_tokens").selectAll().where("hash", "=", param("hash")), ["hash"]),
     // The row lock (PostgreSQL) or the one writer (SQLite) orders it against a revocation: after one commits, the other sees it.
     useToken: compiled(

@@ -243,6 +243,7 @@ export interface TokenRow {
   session: string;
   budget_usd: number;
   budget_session: string | null;
+  traceparent: string | null;
   created_at: Time;
   revoked_at: Time | null;
   used_at: Time | null;
@@ -256,6 +257,7 @@ export function tokenFromRow(row: TokenRow): TokenRecord {
     session: row.session,
     budgetUsd: row.budget_usd,
     ...(row.budget_session === null ? {} : { budgetSession: row.budget_session }),
+    ...(row.traceparent === null ? {} : { traceparent: row.traceparent }),
     createdAt: toDate(row.created_at),
     ...(row.revoked_at === null ? {} : { revokedAt: toDate(row.revoked_at) }),
     ...(row.used_at === null ? {} : { usedAt: toDate(row.used_at) }),

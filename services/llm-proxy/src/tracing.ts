@@ -1,7 +1,8 @@
 // The proxy's part of a job's trace: one `chat {model}` span per model call
-// (OpenTelemetry GenAI conventions), continuing the harness's `traceparent`
-// header, with the usage the metering records and one child span per attempt
-// upstream. The GenAI client metrics are recorded from the same records.
+// (OpenTelemetry GenAI conventions) in the trace its session token was minted
+// in, below the harness's span when the harness's `traceparent` names one of
+// that trace (its turn), with the usage the metering records and one child
+// span per attempt upstream. The GenAI client metrics are recorded from the same records.
 // Nothing of the request or the answer is put on a span: only counts, names,
 // ids and outcomes (the answer's id, the model that gave it, why it ended, the
 // provider's host); an error span's status message is its outcome's name.
@@ -12,9 +13,10 @@ import {
   SpanKind,
   SpanStatusCode,
   trace,
+  type Context,
   type Span,
 } from "@opentelemetry/api";
-import { GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
+import { contextFromTraceparent, GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
 import type { AttemptRecord, CallRecord } from "./proxy-store.js";
 
 const tracer = oz0Tracer("@oz0/llm-proxy");
@@ -27,6 +29,8 @@ const headerGetter = {
 export interface TracedModelCall {
   /** The incoming request's headers (where the caller's `traceparent` is). */
   incoming: Record<string, string | string[] | undefined>;
+  /** The traceparent its session token was minted in (TokenRecord.traceparent); none: the call's span starts a trace. */
+  sessionTrace: string | undefined;
   /** Headers sent upstream: their `traceparent` is replaced by the chat span's. */
   outgoing: Record<string, string>;
   provider: string;
@@ -85,10 +89,28 @@ function tracing(): boolean {
   return !(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NO_TRACER_PROVIDER;
 }
 
+/**
+ * The chat span's parent: the harness's span when its `traceparent` is in the session's trace, else the session's
+ * own span (the orchestrator's). A harness names whatever trace it likes; continued as it was, a session could put
+ * its calls' spans, and the usage events sent from inside them, in another job's trace, or hide them from its own.
+ * `foreign`: it named another trace (or a malformed one), which the span says.
+ */
+function parentOf(call: TracedModelCall): { parent: Context; foreign: boolean } {
+  const base = context.active();
+  const session = call.sessionTrace !== undefined ? contextFromTraceparent(call.sessionTrace, undefined, base) : base;
+  const sessionTraceId = trace.getSpanContext(session)?.traceId;
+  const named = call.incoming.traceparent;
+  if (named === undefined) return { parent: session, foreign: false };
+  const harness = propagation.extract(base, call.incoming, headerGetter);
+  const harnessTraceId = trace.getSpanContext(harness)?.traceId;
+  if (harnessTraceId !== undefined && harnessTraceId === sessionTraceId) return { parent: harness, foreign: false };
+  return { parent: session, foreign: true };
+}
+
 /** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */
 export async function traceModelCall(call: TracedModelCall, run: () => Promise<void>): Promise<void> {
   if (!tracing()) return run();
-  const parent = propagation.extract(context.active(), call.incoming, headerGetter);
+  const { parent, foreign } = parentOf(call);
   const span = tracer.startSpan(
     call.model ? `${call.operation} ${call.model}` : call.operation,
     {
@@ -97,6 +119,7 @@ export async function traceModelCall(call: TracedModelCall, run: () => Promise<v
     },
     parent,
   );
+  if (foreign) span.setAttribute("oz0.llm.foreign_traceparent", true);
   const active = trace.setSpan(parent, span);
   // The provider sees our span as the caller, not the harness's.
   if (span.isRecording()) propagation.inject(active, call.outgoing);

@@ -176,26 +176,26 @@ function slotFile(dataDir: string, name: string, rows: unknown[][]): string {
   return file;
 }
 
-const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5, null];
+const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5, null, null];
 
 void test("a start refuses a slot file it cannot replay whole (another version's, a row of another shape, a value SQLite refuses), names it, commits none of it and keeps it, and the proxy does not serve", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-bad-slots-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const cases: [string, unknown[][], RegExp][] = [
     // An earlier version's file (its token rows had 6 values), and one without a version, which is version 1.
-    ["dead-1.v1.slots", [GOOD_TOKEN], /dead-1\.v1\.slots is of version 1 .* reads version 2/],
-    ["dead-0.slots", [GOOD_TOKEN], /dead-0\.slots is of version 1 .* reads version 2/],
+    ["dead-1.v1.slots", [GOOD_TOKEN], /dead-1\.v1\.slots is of version 1 .* reads version 3/],
+    ["dead-0.slots", [GOOD_TOKEN], /dead-0\.slots is of version 1 .* reads version 3/],
     [
-      "dead-2.v2.slots",
+      "dead-2.v3.slots",
       [GOOD_TOKEN, ["t", "h-short", "j"]],
-      /dead-2\.v2\.slots holds a row of kind token with 2 values, not 7 in slot 1/,
+      /dead-2\.v3\.slots holds a row of kind token with 2 values, not 8 in slot 1/,
     ],
-    ["dead-3.v2.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v2\.slots holds a row of unknown kind "x"/],
+    ["dead-3.v3.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v3\.slots holds a row of unknown kind "x"/],
     // A budget that was NaN or Infinity, written as null: SQLite refuses it, and the whole replay rolls back.
     [
-      "dead-4.v2.slots",
-      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5, null]],
-      /could not replay the slot file .*dead-4\.v2\.slots \(NOT NULL constraint failed/,
+      "dead-4.v3.slots",
+      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5, null, null]],
+      /could not replay the slot file .*dead-4\.v3\.slots \(NOT NULL constraint failed/,
     ],
   ];
   for (const [name, rows, message] of cases) {
@@ -217,11 +217,16 @@ void test("a start refuses a slot file it cannot replay whole (another version's
     assert.ok(existsSync(file), "the file is kept for a version that reads it");
     rmSync(file);
   }
-  // Once the file is moved away the proxy starts; a file of this version replays.
-  slotFile(dataDir, "dead-5.v2.slots", [GOOD_TOKEN]);
+  // Once the file is moved away the proxy starts; a file of this version replays, and one of version 2, whose
+  // tokens hold no traceparent (7 values).
+  slotFile(dataDir, "dead-5.v3.slots", [GOOD_TOKEN]);
+  slotFile(dataDir, "dead-6.v2.slots", [["t", "h-v2", "j", "a", "s2", 1, 5, null]]);
   const proxy = await startLlmProxy({ dataDir, providers: [], logger: pino({ level: "silent" }) });
   try {
     assert.equal((await proxy.store.findToken("h-good"))?.session, "s");
+    const upgraded = await proxy.store.findToken("h-v2");
+    assert.equal(upgraded?.session, "s2");
+    assert.equal(upgraded?.traceparent, undefined);
   } finally {
     await proxy.close();
   }

@@ -91,7 +91,7 @@ void describe("PostgresProxyStore across replicas", () => {
       );
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5, 6, 7],
+        [1, 2, 3, 4, 5, 6, 7, 8],
       );
     } finally {
       await client.end();

@@ -30,6 +30,8 @@ export interface ProxyFixture {
     session?: string;
     budgetUsd?: number;
     budgetSession?: string;
+    /** The trace context the token is minted in, as the orchestrator mints it inside the session's span. */
+    traceparent?: string;
   }): Promise<SessionEndpoint>;
   close(): Promise<void>;
 }
@@ -91,13 +93,16 @@ export async function startFixture(options: {
       const job = s.job ?? `job-${sessionCounter}`;
       const agent = s.agent ?? "coder";
       const session = s.session ?? `session-${sessionCounter}`;
-      const minted = await control.mintSessionToken({
-        job,
-        agent,
-        session,
-        budgetUsd: s.budgetUsd ?? 0,
-        budgetSession: s.budgetSession ?? "",
-      });
+      const minted = await control.mintSessionToken(
+        {
+          job,
+          agent,
+          session,
+          budgetUsd: s.budgetUsd ?? 0,
+          budgetSession: s.budgetSession ?? "",
+        },
+        s.traceparent !== undefined ? { headers: { traceparent: s.traceparent } } : {},
+      );
       return {
         job,
         agent,

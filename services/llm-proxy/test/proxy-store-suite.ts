@@ -116,16 +116,20 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const [h1, h2, h3] = [unique("h1"), unique("h2"), unique("h3")];
       for (const hash of [h1, h2])
         await a.putToken({ hash, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      // Minted inside a session's span: the trace its calls go in, kept with the token.
+      const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
       await b.putToken({
         hash: h3,
         job: "j",
         agent: "x",
         session: unique("other"),
         budgetUsd: 0,
+        traceparent,
         createdAt: new Date(3000),
       });
       const found = await b.findToken(h1);
       assert.deepEqual(found, { hash: h1, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      assert.equal((await a.findToken(h3))?.traceparent, traceparent);
       assert.equal(await a.findToken(unique("nope")), undefined);
       const [first, second] = await Promise.all([
         a.revokeTokens({ session }, new Date(5000)),

@@ -1,6 +1,8 @@
-// The proxy's spans: `chat {model}` continues the caller's traceparent, carries
-// the GenAI usage attributes, has one child per attempt upstream, sends its own
-// traceparent to the provider, and holds no content.
+// The proxy's spans: `chat {model}` goes in the trace its session token was
+// minted in (below the caller's span when the caller names one of that trace,
+// and only then), carries the GenAI usage attributes, has one child per
+// attempt upstream, sends its own traceparent to the provider, and holds no
+// content.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { CONTENT_ATTRIBUTES, startInMemoryTelemetry, type InMemoryTelemetry } from "@oz0/serving";
@@ -9,12 +11,18 @@ import { post, startFixture, type ProxyFixture } from "./proxy-fixture.js";
 const MARKER = "PLANTED-CONTENT-MARKER-7f3a";
 const TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN = "00f067aa0ba902b7";
+/** The orchestrator's span of the session, which mints its token. */
+const SESSION_SPAN = "a3ce929d0e0e4736";
+const SESSION_TRACE = `00-${TRACE_ID}-${SESSION_SPAN}-01`;
 
 void describe("tracing in the proxy", () => {
   let telemetry: InMemoryTelemetry;
   let fx: ProxyFixture;
+  /** A proxy whose model answers every call. */
+  let answering: ProxyFixture;
   before(async () => {
     telemetry = startInMemoryTelemetry({ serviceName: "oz0-llm-proxy" });
+    answering = await startFixture({ turns: () => ({ text: "ok" }) });
     fx = await startFixture({
       turns: [
         { fail: { status: 529, body: { type: "error", error: { type: "overloaded_error", message: "busy" } } } },
@@ -24,11 +32,12 @@ void describe("tracing in the proxy", () => {
   });
   after(async () => {
     await fx.close();
+    await answering.close();
     await telemetry.shutdown();
   });
 
   void it("continues the caller's trace with chat {model}, usage, provider and one span per attempt", async () => {
-    const endpoint = await fx.session({ session: "session-traced" });
+    const endpoint = await fx.session({ session: "session-traced", traceparent: SESSION_TRACE });
     const response = await post(
       `${endpoint.anthropicBaseUrl}/v1/messages`,
       {
@@ -54,6 +63,7 @@ void describe("tracing in the proxy", () => {
     assert.equal(chat.attributes["gen_ai.usage.cache_creation.input_tokens"], 10);
     assert.equal(chat.attributes["gen_ai.conversation.id"], "session-traced");
     assert.equal(chat.attributes["oz0.llm.attempts"], 2);
+    assert.equal(chat.attributes["oz0.llm.foreign_traceparent"], undefined);
     assert.deepEqual(
       chat.attributes["gen_ai.response.finish_reasons"],
       ["end_turn"],
@@ -75,6 +85,61 @@ void describe("tracing in the proxy", () => {
         `${span.name} carries content: ${JSON.stringify(span.attributes)}`,
       );
     }
+  });
+
+  // A harness names whatever trace it likes: its calls' spans (and the usage events sent from inside them) stay in
+  // the trace of its session, not another job's, and are not hidden from its own.
+  void it("keeps a call in its session's trace when the harness names another trace, or none", async () => {
+    const endpoint = await answering.session({ traceparent: SESSION_TRACE });
+    const call = (traceparent?: string) =>
+      post(
+        `${endpoint.anthropicBaseUrl}/v1/messages`,
+        { model: "claude-sonnet-5", max_tokens: 50, messages: [{ role: "user", content: "hi" }] },
+        {
+          ...endpoint.headers,
+          "x-api-key": endpoint.token,
+          ...(traceparent !== undefined ? { traceparent } : {}),
+        },
+      );
+    const OTHER_TRACE = "0af7651916cd43dd8448eb211c80319c";
+    for (const [named, foreign] of [
+      [`00-${OTHER_TRACE}-b7ad6b7169203331-01`, true],
+      ["00-not-a-trace", true],
+      [undefined, undefined],
+    ] as const) {
+      const before = telemetry.spans().length;
+      const response = await call(named);
+      assert.equal(response.status, 200, response.text);
+      const chat = telemetry
+        .spans()
+        .slice(before)
+        .find((s) => s.name === "chat claude-sonnet-5");
+      assert.ok(chat, `a chat span for ${named}`);
+      assert.equal(chat.spanContext().traceId, TRACE_ID, `named ${named}`);
+      assert.equal(chat.parentSpanContext?.spanId, SESSION_SPAN, `named ${named}`);
+      assert.equal(chat.attributes["oz0.llm.foreign_traceparent"], foreign, `named ${named}`);
+      // The provider sees the session's trace too.
+      assert.match(answering.model.requests.at(-1)!.headers.traceparent ?? "", new RegExp(`^00-${TRACE_ID}-`));
+    }
+  });
+
+  void it("starts a trace of its own for a call whose token was minted in none, whatever the harness names", async () => {
+    const endpoint = await answering.session();
+    const before = telemetry.spans().length;
+    const response = await post(
+      `${endpoint.anthropicBaseUrl}/v1/messages`,
+      { model: "claude-sonnet-5", max_tokens: 50, messages: [{ role: "user", content: "hi" }] },
+      { ...endpoint.headers, "x-api-key": endpoint.token, traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-01` },
+    );
+    assert.equal(response.status, 200, response.text);
+    const chat = telemetry
+      .spans()
+      .slice(before)
+      .find((s) => s.name === "chat claude-sonnet-5");
+    assert.ok(chat);
+    assert.notEqual(chat.spanContext().traceId, TRACE_ID);
+    assert.equal(chat.parentSpanContext, undefined);
+    assert.equal(chat.attributes["oz0.llm.foreign_traceparent"], true);
   });
 
   void it("puts the answer's id and model, its finish reason and server.address on the chat span, streamed or not; an error span says its outcome", async (t) => {
