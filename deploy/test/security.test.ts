@@ -2,6 +2,7 @@
 // key custody, non-root read-only containers, Pod Security, probes, graceful
 // shutdown, ServiceAccounts, NetworkPolicies and the telemetry redaction.
 import assert from "node:assert/strict";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { before, describe, it } from "node:test";
 import { isDeepStrictEqual } from "node:util";
@@ -12,7 +13,7 @@ import {
   publicApiFindings,
   sandboxToOrchestratorFindings,
 } from "./support/identity-checks.js";
-import { overlayDirs, render, type K8sObject } from "./support/render.js";
+import { k8sDir, overlayDirs, preparedCopy, render, type K8sObject } from "./support/render.js";
 import {
   allContainers,
   container,
@@ -724,6 +725,48 @@ void describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
         assert.equal(w.pod.runtimeClassName, w.name === "sandbox" ? runtime : undefined, `${name} ${w.name}`);
       const ns = objects.find((o) => o.kind === "Namespace")!;
       assert.equal(ns.metadata.labels!["pod-security.kubernetes.io/enforce"], "restricted");
+    }
+  });
+});
+
+void describe("the sandbox-node-pool component", () => {
+  void it("puts sandbox pods on the pool's nodes alone and keeps every other workload off them", () => {
+    for (const overlay of ["prod", "dev-bubblewrap"]) {
+      // An overlay of the component over a shipped one, beside them in a prepared copy (kustomize takes no absolute paths).
+      const dir = path.join(preparedCopy(), "overlays", `${overlay}-with-node-pool`);
+      mkdirSync(dir);
+      writeFileSync(
+        path.join(dir, "kustomization.yaml"),
+        `resources: [../${overlay}]\ncomponents: [../../components/sandbox-node-pool]\n`,
+      );
+      const all = workloads(render(dir));
+      assert.ok(all.length >= 5, `${overlay}: ${all.map((w) => w.name).join(", ")}`);
+      for (const w of all) {
+        const refused = w.pod.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+        if (w.name === "sandbox") {
+          assert.deepEqual(w.pod.nodeSelector, { "oz0.dev/pool": "sandbox" }, overlay);
+          assert.deepEqual(w.pod.tolerations, [
+            { key: "oz0.dev/pool", operator: "Equal", value: "sandbox", effect: "NoSchedule" },
+          ]);
+          assert.equal(refused, undefined);
+          // The README's commands prepare nodes these pods go to, and tolerate.
+          const readme = readFileSync(path.join(k8sDir, "README.md"), "utf8");
+          const [toleration] = w.pod.tolerations as { key: string; value: string; effect: string }[];
+          assert.ok(readme.includes(`kubectl label nodes NODE ${toleration!.key}=${toleration!.value}\n`));
+          assert.ok(
+            readme.includes(`kubectl taint nodes NODE ${toleration!.key}=${toleration!.value}:${toleration!.effect}\n`),
+          );
+        } else {
+          // Every other workload, one added later included: the pool's nodes are refused, and no taint of theirs tolerated.
+          assert.deepEqual(
+            refused,
+            [{ matchExpressions: [{ key: "oz0.dev/pool", operator: "NotIn", values: ["sandbox"] }] }],
+            `${overlay} ${w.kind}/${w.name}`,
+          );
+          assert.equal(w.pod.tolerations, undefined, `${overlay} ${w.name}`);
+          assert.equal(w.pod.nodeSelector?.["oz0.dev/pool"], undefined, `${overlay} ${w.name}`);
+        }
+      }
     }
   });
 });
