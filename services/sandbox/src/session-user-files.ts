@@ -110,31 +110,57 @@ export function uidsWithSystemVObjects(range: { base: number; count: number }): 
  */
 const REMOVE_UID_LEFTOVERS = String.raw`
 my ($uid, $gid) = ($<, $( + 0);
+# Walked by name, one folder at a time (as tree-removal.ts's REMOVE_CONTENTS): a path built whole fails past PATH_MAX
+# (ENAMETOOLONG), and a tree the uid nested deeper than that stayed, for the next session of the uid to read
+# (attacker review). Each folder entered is checked to be the one lstat saw, and each return to be the folder left:
+# a folder another user swapped or moved meanwhile starts the place's walk again (at most three times).
+my $lost;
 sub sweep {
-  my ($dir, $dev) = @_;
-  opendir(my $handle, $dir) or return;
+  my ($shown, $dev, $ino) = @_;
+  opendir(my $handle, ".") or return;
   my @names = grep { $_ ne "." && $_ ne ".." } readdir $handle;
   closedir $handle;
   for my $name (@names) {
-    my $entry = "$dir/$name";
-    my @st = lstat $entry or next;
+    return if $lost;
+    my $entry = "$shown/$name";
+    my @st = lstat $name or next;
     next if $st[0] != $dev;
     if (-d _) {
       # Only where the uid could have made something: its own folders, and those every user (or its group) may write.
       next unless $st[4] == $uid || ($st[2] & 0002) || (($st[2] & 0020) && $st[5] == $gid);
       # A folder of its own it closed to itself (0333: no read) is opened again first: else nothing in it went, and
       # it stayed, a drop box for a later session (second review). lstat said a folder: nothing of the uid runs now.
-      chmod 0700, $entry if $st[4] == $uid;
-      sweep($entry, $dev);
-      rmdir $entry or print STDERR "$entry: $!
+      chmod 0700, $name if $st[4] == $uid;
+      if (chdir $name) {
+        my @in = stat ".";
+        if ($in[0] != $st[0] || $in[1] != $st[1]) { $lost = 1; return }
+        sweep($entry, $st[0], $st[1]);
+        return if $lost;
+        my @back = (chdir "..") ? stat "." : ();
+        if (!@back || $back[0] != $dev || $back[1] != $ino) { $lost = 1; return }
+      }
+      rmdir $name or print STDERR "$entry: $!
 " if $st[4] == $uid;
     } elsif ($st[4] == $uid) {
-      unlink $entry or print STDERR "$entry: $!
+      unlink $name or print STDERR "$entry: $!
 ";
     }
   }
 }
-for my $top (@ARGV) { my @st = lstat $top or next; sweep($top, $st[0]) if -d _ }
+for my $top (@ARGV) {
+  for my $try (1 .. 3) {
+    $lost = 0;
+    my @st = lstat $top or last;
+    last unless -d _;
+    chdir $top or last;
+    my @in = stat ".";
+    $lost = 1, next if $in[0] != $st[0] || $in[1] != $st[1];
+    sweep($top, $st[0], $st[1]);
+    chdir "/";
+    last unless $lost;
+  }
+  print STDERR "$top: folders in it moved while it was swept\n" if $lost;
+}
 for my $kind (${SYSTEM_V_TABLES.map(({ name, owner, creator }) => `["${name}", ${owner}, ${creator}]`).join(", ")}) {
   my ($name, $owner, $creator) = @$kind;
   open(my $table, "<", "/proc/sysvipc/$name") or next;

@@ -2,7 +2,7 @@
 // would outlast it (in memory, where /dev/shm is) and be readable by the next session of its uid. The sandbox
 // removes it when the uid is given back, and again when a uid is taken (session-user-files.ts).
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { it } from "node:test";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { findSetpriv } from "../src/parent-death-launcher.js";
@@ -35,6 +35,25 @@ void it("removes what a user-mode session left in the node's shared places once 
       [],
     );
     assert.ok(!sharedMemoryIds().includes(left.shm), `System V segment ${left.shm} is gone`);
+  } finally {
+    await t.close();
+  }
+});
+
+void it("removes a tree a user-mode session nested past PATH_MAX in the shared places", { skip }, async () => {
+  const t = await startTestSandbox({ isolation: "user" });
+  try {
+    const stream = await runToEnd(t.client, scenarioStart({ mode: "litter-deep" }));
+    const exited = stream.exited();
+    assert.equal(exited.status, SessionStatus.COMPLETED, exited.errorMessage);
+    const { tops } = JSON.parse(exited.result?.text ?? "{}") as { tops: string[] };
+    assert.equal(tops.length, 2);
+    for (let waited = 0; tops.some((top) => existsSync(top)) && waited < 5000; waited += 50)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    const left = tops.filter((top) => existsSync(top));
+    // Removed by root whatever the outcome, so a failing run leaves nothing on the node.
+    for (const top of left) rmSync(top, { recursive: true, force: true });
+    assert.deepEqual(left, []);
   } finally {
     await t.close();
   }
