@@ -84,6 +84,7 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     semgetAtLimit: [64, 0, 32, 0o1600],
     semgetAboveLimit: [64, 0, 33, 0o1600],
     msgget: [68, 0, 0o1600],
+    mqOpen: [240, 0, 0o100],
   },
   arm64: {
     unshareUser: [97, 0x10000000],
@@ -105,6 +106,7 @@ const SYSCALL_NUMBERS: Partial<Record<NodeJS.Architecture, Record<string, number
     semgetAtLimit: [190, 0, 32, 0o1600],
     semgetAboveLimit: [190, 0, 33, 0o1600],
     msgget: [186, 0, 0o1600],
+    mqOpen: [180, 0, 0o100],
   },
 };
 
@@ -548,6 +550,8 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           semgetAtLimit: "ok",
           semgetAboveLimit: "EINVAL",
           msgget: "EPERM",
+          // POSIX message queues live in the IPC namespace, out of every sweep's reach (the user mode's the node's).
+          mqOpen: "ENOSYS",
         });
       });
 
