@@ -159,8 +159,11 @@ if ($> == 0) {
  *   file-system right, and git moves its objects so): every right that
  *   changes the file system is handled (write_file 1, remove_dir 4 to
  *   make_sym 12, refer 13, and truncate 14 from ABI 3) and allowed beneath
- *   those paths alone, and writing to (and truncating) what already lies
- *   beneath /dev, its devices (/dev/null, a terminal). Reading and running
+ *   those paths alone, and writing to (and truncating) the character
+ *   devices directly in /dev (/dev/null, /dev/tty) and the terminals of
+ *   /dev/pts: a rule on /dev itself also let a session write to a regular
+ *   file a runtime placed there (Kubernetes' /dev/termination-log, 0666), which
+ *   outlives it (attacker review). Reading and running
  *   stay unhandled, so free (session-write-rule.ts says why writes are
  *   walled).
  * - From ABI 6 (Linux 6.12) a scope, LANDLOCK_SCOPE_SIGNAL (2): no signal to a
@@ -196,7 +199,11 @@ my $file_rights = (1 << 1) | (1 << 14);
 ${ALLOW_BENEATH}
 if ($fs) {
   allow($_, $fs) for @writable;
-  allow("/dev", $file_rights);
+  if (opendir(my $devices, "/dev")) {
+    for (readdir $devices) { allow("/dev/$_", $file_rights) if lstat("/dev/$_") && -c _ }
+    closedir $devices;
+  }
+  allow("/dev/pts", $file_rights);
 }
 `}${ENTER_AND_EXEC}`;
 

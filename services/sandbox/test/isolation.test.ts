@@ -466,13 +466,17 @@ for (const mode of ["none", "user", "bwrap"] as const) {
         writeFileSync(strayFile, "");
         chmodSync(strayFile, 0o666);
         chmodSync(strayDir, 0o1777);
+        // A regular file in /dev, as Kubernetes' /dev/termination-log (0666): not a device, and it outlives the session.
+        const devFile = `/dev/oz0-termination-log-${process.pid}`;
+        writeFileSync(devFile, "");
+        chmodSync(devFile, 0o666);
         const shared = [`/tmp/oz0-probe-${process.pid}`, `/dev/shm/oz0-probe-${process.pid}`];
         try {
           const stream = await runToEnd(
             t.client,
             scenarioStart({
               mode: "probe",
-              write: [path.join(strayDir, "left-behind"), strayFile, ...shared, "/dev/null"],
+              write: [path.join(strayDir, "left-behind"), strayFile, devFile, ...shared, "/dev/null"],
               moves: [["made-here", "sub/moved-here"]],
             }),
           );
@@ -485,6 +489,7 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           assert.deepEqual(report.writes, {
             [path.join(strayDir, "left-behind")]: "ERROR EACCES",
             [strayFile]: "ERROR EACCES",
+            [devFile]: "ERROR EACCES",
             [shared[0]!]: "ok",
             [shared[1]!]: "ok",
             "/dev/null": "ok",
@@ -494,8 +499,10 @@ for (const mode of ["none", "user", "bwrap"] as const) {
           assert.deepEqual(report.moves, { "made-here sub/moved-here": "ok" });
           assert.deepEqual(readdirSync(strayDir), ["open-to-all.log"]);
           assert.equal(readFileSync(strayFile, "utf8"), "");
+          assert.equal(readFileSync(devFile, "utf8"), "");
         } finally {
           rmSync(strayDir, { recursive: true, force: true });
+          rmSync(devFile, { force: true });
           for (const file of shared) rmSync(file, { force: true });
         }
       });
