@@ -57,6 +57,18 @@
 #   (attacker review)). Landlock already keeps a user-mode session from
 #   writing to one (it is beneath none of its places). Answered ENOSYS, as by
 #   a kernel without POSIX message queues.
+# - Setting or removing extended attributes (setxattr and its l-, f- forms,
+#   removexattr and its): Landlock, which walls a user-mode session's writes
+#   in (session-write-rule.ts), has no right for them, and the kernel lets a
+#   uid set `user.` attributes on any file, or folder without the sticky bit,
+#   it may write: a session kept a few KiB on each world-writable file or
+#   folder outside its places, for the next session of its uid to read
+#   (attacker review). Answered EOPNOTSUPP, as by a file system without
+#   them, which `cp -a` and Python's `shutil.copy2` pass over. Linux 6.13's
+#   setxattrat and removexattrat (463, 466) are refused in the x86_64
+#   program only: Debian's libseccomp 2.5.4 knows neither name and takes no
+#   number for another architecture than its own, so an aarch64 node on
+#   Linux 6.13+ keeps them (the sandbox README says so).
 #
 # Anything else is allowed. A system call of another architecture (a 32-bit
 # x86 program, x32) kills the process: its numbers are not the ones checked.
@@ -89,6 +101,10 @@ REFUSED = [
     "msgget",
 ]
 
+XATTR_CHANGES = ["setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"]
+# setxattrat and removexattrat (Linux 6.13), by number: libseccomp 2.5.4 has no names for them.
+XATTR_AT_CHANGES = [463, 466]
+
 ARCHITECTURES = {"x86_64": seccomp.Arch.X86_64, "aarch64": seccomp.Arch.AARCH64}
 
 
@@ -118,6 +134,12 @@ def write_filter(arch, path):
     f.add_rule(too_large, "semget", seccomp.Arg(1, seccomp.GT, MAX_SEMAPHORES_PER_SET))
     for name in REFUSED:
         f.add_rule(refuse, name)
+    no_xattrs = seccomp.ERRNO(errno.EOPNOTSUPP)
+    for name in XATTR_CHANGES:
+        f.add_rule(no_xattrs, name)
+    if arch == seccomp.Arch.X86_64:
+        for number in XATTR_AT_CHANGES:
+            f.add_rule(no_xattrs, number)
     with open(path, "wb") as out:
         f.export_bpf(out)
 
