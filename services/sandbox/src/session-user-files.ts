@@ -112,11 +112,14 @@ const REMOVE_UID_LEFTOVERS = String.raw`
 my ($uid, $gid) = ($<, $( + 0);
 # Walked by name, one folder at a time (as tree-removal.ts's REMOVE_CONTENTS): a path built whole fails past PATH_MAX
 # (ENAMETOOLONG), and a tree the uid nested deeper than that stayed, for the next session of the uid to read
-# (attacker review). Each folder entered is checked to be the one lstat saw, and each return to be the folder left:
-# a folder another user swapped or moved meanwhile starts the place's walk again (at most three times).
-my $lost;
+# (attacker review). Each folder entered is checked to be the one lstat saw, and each return to be the folder left.
+# A folder another user swapped or moved meanwhile loses the walk its way: it goes back into the place itself by its
+# path (root's: nobody else moves it) and on with the place's next entry, and the place is walked again after (at
+# most three times in all). Giving the whole place up instead let another session, moving a folder of its own each
+# time the sweep entered it, keep every uid's files in /tmp for the next session of the uid (third review).
+my ($lost, $moved);
 sub sweep {
-  my ($shown, $dev, $ino) = @_;
+  my ($shown, $dev, $ino, $place) = @_;
   opendir(my $handle, ".") or return;
   my @names = grep { $_ ne "." && $_ ne ".." } readdir $handle;
   closedir $handle;
@@ -133,11 +136,19 @@ sub sweep {
       chmod 0700, $name if $st[4] == $uid;
       if (chdir $name) {
         my @in = stat ".";
-        if ($in[0] != $st[0] || $in[1] != $st[1]) { $lost = 1; return }
-        sweep($entry, $st[0], $st[1]);
-        return if $lost;
-        my @back = (chdir "..") ? stat "." : ();
-        if (!@back || $back[0] != $dev || $back[1] != $ino) { $lost = 1; return }
+        if ($in[0] != $st[0] || $in[1] != $st[1]) { $lost = 1 }
+        else { sweep($entry, $st[0], $st[1]) }
+        if (!$lost) {
+          my @back = (chdir "..") ? stat "." : ();
+          $lost = 1 if !@back || $back[0] != $dev || $back[1] != $ino;
+        }
+        if ($lost) {
+          return unless defined $place;
+          ($lost, $moved) = (0, 1);
+          my @back = (chdir $place) ? stat "." : ();
+          if (!@back || $back[0] != $dev || $back[1] != $ino) { $lost = 1; return }
+          next;
+        }
       }
       rmdir $name or print STDERR "$entry: $!
 " if $st[4] == $uid;
@@ -149,17 +160,17 @@ sub sweep {
 }
 for my $top (@ARGV) {
   for my $try (1 .. 3) {
-    $lost = 0;
+    ($lost, $moved) = (0, 0);
     my @st = lstat $top or last;
     last unless -d _;
     chdir $top or last;
     my @in = stat ".";
     $lost = 1, next if $in[0] != $st[0] || $in[1] != $st[1];
-    sweep($top, $st[0], $st[1]);
+    sweep($top, $st[0], $st[1], $top);
     chdir "/";
-    last unless $lost;
+    last unless $lost || $moved;
   }
-  print STDERR "$top: folders in it moved while it was swept\n" if $lost;
+  print STDERR "$top: folders in it moved while it was swept\n" if $lost || $moved;
 }
 for my $kind (${SYSTEM_V_TABLES.map(({ name, owner, creator }) => `["${name}", ${owner}, ${creator}]`).join(", ")}) {
   my ($name, $owner, $creator) = @$kind;
