@@ -24,6 +24,7 @@ import {
   realpathSync,
   renameSync,
   rmSync,
+  statSync,
   type Dirent,
 } from "node:fs";
 import path from "node:path";
@@ -509,7 +510,8 @@ export class InternalDirectoryPool {
  */
 export async function prepareRoot(root: string): Promise<string> {
   await mkdir(root, { recursive: true, mode: 0o711 });
-  // A root someone else owns keeps its mode: whether sessions' uids can pass it is then found out by trying (session-user-detection).
+  assertOwnFolder(root, root, { link: true });
+  // A root root owns keeps its mode where the sandbox is not root: whether sessions' uids can pass it is then found out by trying (session-user-detection).
   await chmod(root, 0o711).catch((error: NodeJS.ErrnoException) => {
     if (error.code !== "EPERM") throw error;
   });
@@ -519,9 +521,37 @@ export async function prepareRoot(root: string): Promise<string> {
   ] as const) {
     const dir = path.join(root, name);
     await mkdir(dir, { recursive: true, mode });
+    assertOwnFolder(dir, root, { link: false });
     await chmod(dir, mode);
   }
   return realpath(root);
+}
+
+/**
+ * Refuses a folder of the root that a user other than the sandbox's own and root owns, or (`link` false) a link. The
+ * default root, <tmpdir>/oz0-sandbox, is anybody's to make before the sandbox first starts (a local user, a `user`-mode
+ * session of another sandbox on the host): in a root of theirs they could swap internal/ or sessions/ for a link to a
+ * node folder, which the sandbox, as root, emptied at its start as a previous run's leftovers, and made 0700 (attacker
+ * review). The root itself may be a link, of such a user too.
+ */
+function assertOwnFolder(dir: string, root: string, options: { link: boolean }): void {
+  const own = process.geteuid?.();
+  if (own === undefined) return;
+  const entry = lstatSync(dir);
+  const target = statSync(dir);
+  const stranger = [entry, target].find((stat) => stat.uid !== own && stat.uid !== 0);
+  const problem = !target.isDirectory()
+    ? "is not a directory"
+    : entry.isSymbolicLink() && !options.link
+      ? "is a link"
+      : stranger !== undefined
+        ? `belongs to uid ${stranger.uid}, neither this sandbox's (${own}) nor root's`
+        : undefined;
+  if (problem === undefined) return;
+  throw new SandboxError(
+    "failed_precondition",
+    `the sandbox root ${root} is unsafe: ${dir} ${problem}, so another user could lead what the sandbox makes and removes there to a node folder; remove it, or set OZ0_SANDBOX_ROOT to a folder of this user's or root's (such as /var/lib/oz0-sandbox)`,
+  );
 }
 
 /**
