@@ -532,7 +532,7 @@ export async function prepareRoot(root: string): Promise<string> {
  * default root, <tmpdir>/oz0-sandbox, is anybody's to make before the sandbox first starts (a local user, a `user`-mode
  * session of another sandbox on the host): in a root of theirs they could swap internal/ or sessions/ for a link to a
  * node folder, which the sandbox, as root, emptied at its start as a previous run's leftovers, and made 0700 (attacker
- * review). The root itself may be a link, of such a user too.
+ * review). The root itself may be a link, when this user or root made it.
  */
 function assertOwnFolder(dir: string, root: string, options: { link: boolean }): void {
   const own = process.geteuid?.();
