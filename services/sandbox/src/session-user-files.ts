@@ -118,19 +118,30 @@ my ($uid, $gid) = ($<, $( + 0);
 # most three times in all). Giving the whole place up instead let another session, moving a folder of its own each
 # time the sweep entered it, keep every uid's files in /tmp for the next session of the uid (third review).
 my ($lost, $moved);
+# Only where the uid could have made something: its own folders, and those every user (or its group) may write.
+sub enterable { my @st = @_; $st[4] == $uid || ($st[2] & 0002) || (($st[2] & 0020) && $st[5] == $gid) }
 sub sweep {
   my ($shown, $dev, $ino, $place) = @_;
+  # The uid's files go as the folder is read, and only the folders to enter are kept: a folder of millions of another
+  # user's names (hard links cost no inode) held them all in memory, in every sweep (third review).
   opendir(my $handle, ".") or return;
-  my @names = grep { $_ ne "." && $_ ne ".." } readdir $handle;
+  my @folders;
+  while (defined(my $name = readdir $handle)) {
+    next if $name eq "." || $name eq "..";
+    my @st = lstat $name or next;
+    next if $st[0] != $dev;
+    if (-d _) { push @folders, $name if enterable(@st) }
+    elsif ($st[4] == $uid) {
+      unlink $name or print STDERR "$shown/$name: $!
+";
+    }
+  }
   closedir $handle;
-  for my $name (@names) {
+  for my $name (@folders) {
     return if $lost;
     my $entry = "$shown/$name";
     my @st = lstat $name or next;
-    next if $st[0] != $dev;
-    if (-d _) {
-      # Only where the uid could have made something: its own folders, and those every user (or its group) may write.
-      next unless $st[4] == $uid || ($st[2] & 0002) || (($st[2] & 0020) && $st[5] == $gid);
+    if ($st[0] == $dev && -d _ && enterable(@st)) {
       # A folder of its own it closed to itself (0333: no read) is opened again first: else nothing in it went, and
       # it stayed, a drop box for a later session (second review). lstat said a folder: nothing of the uid runs now.
       chmod 0700, $name if $st[4] == $uid;
@@ -152,9 +163,6 @@ sub sweep {
       }
       rmdir $name or print STDERR "$entry: $!
 " if $st[4] == $uid;
-    } elsif ($st[4] == $uid) {
-      unlink $name or print STDERR "$entry: $!
-";
     }
   }
 }
