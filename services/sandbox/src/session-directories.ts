@@ -528,24 +528,37 @@ export async function prepareRoot(root: string): Promise<string> {
 }
 
 /**
- * Refuses a folder of the root that a user other than the sandbox's own and root owns, or (`link` false) a link. The
- * default root, <tmpdir>/oz0-sandbox, is anybody's to make before the sandbox first starts (a local user, a `user`-mode
- * session of another sandbox on the host): in a root of theirs they could swap internal/ or sessions/ for a link to a
- * node folder, which the sandbox, as root, emptied at its start as a previous run's leftovers, and made 0700 (attacker
- * review). The root itself may be a link, when this user or root made it.
+ * Refuses a folder of the root that a user other than the sandbox's own and root owns where another user could have
+ * put it (in a folder every user may write, or one of theirs), or (`link` false) a link. The default root,
+ * <tmpdir>/oz0-sandbox, is anybody's to make before the sandbox first starts (a local user, a `user`-mode session of
+ * another sandbox on the host): in a root of theirs they could swap internal/ or sessions/ for a link to a node
+ * folder, which the sandbox, as root, emptied at its start as a previous run's leftovers, and made 0700 (attacker
+ * review). The root itself may be a link, on the same terms. A root of another uid in a folder only root or this user
+ * may write is someone's choice: a volume whose owner a pod's user namespace shows as another uid (an emptyDir under
+ * `hostUsers: false` may show as the overflow uid, 65534).
  */
 function assertOwnFolder(dir: string, root: string, options: { link: boolean }): void {
   const own = process.geteuid?.();
   if (own === undefined) return;
+  const strangers = (uid: number): boolean => uid !== own && uid !== 0;
+  const openToOthers = (folder: string): boolean => {
+    const stat = statSync(folder);
+    return (stat.mode & 0o002) !== 0 || strangers(stat.uid);
+  };
   const entry = lstatSync(dir);
   const target = statSync(dir);
-  const stranger = [entry, target].find((stat) => stat.uid !== own && stat.uid !== 0);
+  const squatted = (
+    [
+      [entry, path.dirname(dir)],
+      [target, path.dirname(realpathSync.native(dir))],
+    ] as const
+  ).find(([stat, parent]) => strangers(stat.uid) && openToOthers(parent));
   const problem = !target.isDirectory()
     ? "is not a directory"
     : entry.isSymbolicLink() && !options.link
       ? "is a link"
-      : stranger !== undefined
-        ? `belongs to uid ${stranger.uid}, neither this sandbox's (${own}) nor root's`
+      : squatted !== undefined
+        ? `belongs to uid ${squatted[0].uid}, neither this sandbox's (${own}) nor root's, in ${squatted[1]}, which other users may write`
         : undefined;
   if (problem === undefined) return;
   throw new SandboxError(

@@ -39,7 +39,8 @@ void it(
       const linked = path.join(dir, "linked");
       symlinkSync(node, linked);
       for (const made of [squatted, path.join(squatted, "internal"), linked]) chownSync(made, OTHER, OTHER);
-      chmodSync(dir, 0o755);
+      // Where every user may make them, as in /tmp.
+      chmodSync(dir, 0o1777);
       for (const root of [squatted, linked]) {
         let started;
         try {
@@ -58,6 +59,40 @@ void it(
         assert.ok(existsSync(path.join(node, "precious")), "the node folder keeps its file");
         assert.equal(statSync(node).mode & 0o7777, 0o755, "and its mode");
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+void it(
+  "takes a root of another uid that only root could have put there (a volume a user namespace shows so)",
+  { skip: process.getuid?.() !== 0 && "needs root" },
+  async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-root-volume-"));
+    try {
+      chmodSync(dir, 0o755);
+      const volume = path.join(dir, "volume");
+      mkdirSync(volume, { mode: 0o777 });
+      chownSync(volume, 65534, 65534);
+      const sandbox = await startSandbox({
+        port: 0,
+        root: volume,
+        isolation: "none",
+        auth: testCredentials.settingsFor("sandbox"),
+      });
+      await sandbox.close();
+      // Its own folders in it are the sandbox's.
+      for (const name of ["sessions", "internal"])
+        assert.equal(statSync(path.join(volume, name)).uid, process.getuid?.());
+      // One another user made in it is still refused: the volume's owner could have.
+      rmSync(path.join(volume, "internal"), { recursive: true });
+      mkdirSync(path.join(volume, "internal"));
+      chownSync(path.join(volume, "internal"), OTHER, OTHER);
+      await assert.rejects(
+        startSandbox({ port: 0, root: volume, isolation: "none", auth: testCredentials.settingsFor("sandbox") }),
+        new RegExp(`internal belongs to uid ${OTHER}, .* in ${volume}, which other users may write`),
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
