@@ -10,9 +10,10 @@
 // So each harness of the mode starts inside a Landlock domain (landlock-
 // launcher.ts's sessionDomainCommand, Linux 5.19+) that lets it change the
 // file system only beneath its working and state directories and the shared
-// places, and write to the devices already in /dev. That is what bubblewrap
-// gives a session too (only those two directories are bound writable), but for
-// the shared places, which the mode shares with the node as documented.
+// places, and write to the character devices in /dev and its terminals. That
+// is what bubblewrap gives a session too (only those two directories are bound
+// writable), but for the shared places, which the mode shares with the node as
+// documented.
 // Reading stays as it was: a user-mode session reads what every user may.
 import { SHARED_WRITABLE_PLACES } from "./session-user-files.js";
 import type { IsolationName } from "./isolation-choice.js";
