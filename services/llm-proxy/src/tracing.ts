@@ -15,6 +15,7 @@ import {
   trace,
   type Context,
   type Span,
+  type SpanContext,
 } from "@opentelemetry/api";
 import { contextFromTraceparent, GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
 import type { AttemptRecord, CallRecord } from "./proxy-store.js";
@@ -98,13 +99,22 @@ function tracing(): boolean {
 function parentOf(call: TracedModelCall): { parent: Context; foreign: boolean } {
   const base = context.active();
   const session = call.sessionTrace !== undefined ? contextFromTraceparent(call.sessionTrace, undefined, base) : base;
-  const sessionTraceId = trace.getSpanContext(session)?.traceId;
-  const named = call.incoming.traceparent;
-  if (named === undefined) return { parent: session, foreign: false };
-  const harness = propagation.extract(base, call.incoming, headerGetter);
-  const harnessTraceId = trace.getSpanContext(harness)?.traceId;
-  if (harnessTraceId !== undefined && harnessTraceId === sessionTraceId) return { parent: harness, foreign: false };
-  return { parent: session, foreign: true };
+  const own = trace.getSpanContext(session);
+  if (call.incoming.traceparent === undefined) return { parent: session, foreign: false };
+  const harness = trace.getSpanContext(propagation.extract(base, call.incoming, headerGetter));
+  if (harness === undefined || own === undefined || harness.traceId !== own.traceId)
+    return { parent: session, foreign: true };
+  // Below the harness's span, sampled as its session is: the harness's flags (00) would otherwise keep the call's
+  // span out of the trace it belongs to. Nothing else of the harness's context is taken (its tracestate and
+  // baggage would go on to the provider).
+  const parent: SpanContext = {
+    traceId: own.traceId,
+    spanId: harness.spanId,
+    traceFlags: own.traceFlags,
+    isRemote: true,
+  };
+  if (own.traceState) parent.traceState = own.traceState;
+  return { parent: trace.setSpanContext(session, parent), foreign: false };
 }
 
 /** Runs a model call inside its `chat {model}` span; metering records land on it (see recordCall). */

@@ -123,6 +123,34 @@ void describe("tracing in the proxy", () => {
     }
   });
 
+  // The harness's span is taken as the parent, but not its sampling decision: flags 00 hid the call from the trace.
+  void it("records a call whose harness names a span of its session's trace as not sampled", async () => {
+    const endpoint = await answering.session({ traceparent: SESSION_TRACE });
+    const before = telemetry.spans().length;
+    const response = await post(
+      `${endpoint.anthropicBaseUrl}/v1/messages`,
+      { model: "claude-sonnet-5", max_tokens: 50, messages: [{ role: "user", content: "hi" }] },
+      {
+        ...endpoint.headers,
+        "x-api-key": endpoint.token,
+        traceparent: `00-${TRACE_ID}-${CALLER_SPAN}-00`,
+        tracestate: "harness=planted",
+      },
+    );
+    assert.equal(response.status, 200, response.text);
+    const chat = telemetry
+      .spans()
+      .slice(before)
+      .find((s) => s.name === "chat claude-sonnet-5");
+    assert.ok(chat, "the chat span is recorded");
+    assert.equal(chat.spanContext().traceId, TRACE_ID);
+    assert.equal(chat.parentSpanContext?.spanId, CALLER_SPAN);
+    assert.equal(chat.attributes["oz0.llm.foreign_traceparent"], undefined);
+    const upstream = answering.model.requests.at(-1)!.headers;
+    assert.match(upstream.traceparent ?? "", new RegExp(`^00-${TRACE_ID}-[0-9a-f]{16}-01$`));
+    assert.equal(upstream.tracestate, undefined);
+  });
+
   void it("starts a trace of its own for a call whose token was minted in none, whatever the harness names", async () => {
     const endpoint = await answering.session();
     const before = telemetry.spans().length;
