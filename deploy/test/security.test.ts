@@ -730,6 +730,50 @@ void describe("prod-gvisor and prod-kata: sandbox runtime classes", () => {
 });
 
 void describe("the sandbox-node-pool component", () => {
+  // The pool keeps the sandbox and every other workload on different nodes: a ReadWriteOnce claim mounted on both
+  // sides (dev's OZ0_HOME, which kind's and k3d's local-path pin to one node) leaves one of them Pending for good.
+  void it("is offered only over overlays whose claims can be mounted on both sides of the pool", () => {
+    const readme = readFileSync(path.join(k8sDir, "README.md"), "utf8");
+    const section = readme.slice(
+      readme.indexOf("**Sandbox nodes of their own**"),
+      readme.indexOf("## Dev on a local cluster"),
+    );
+    for (const overlay of ["prod", "prod-gvisor", "prod-kata", "dev", "dev-bubblewrap"]) {
+      const dir = path.join(preparedCopy(), "overlays", `${overlay}-with-pool-claims`);
+      mkdirSync(dir);
+      writeFileSync(
+        path.join(dir, "kustomization.yaml"),
+        `resources: [../${overlay}]\ncomponents: [../../components/sandbox-node-pool]\n`,
+      );
+      const objects = render(dir);
+      const once = new Set(
+        objects
+          .filter((o) => o.kind === "PersistentVolumeClaim")
+          .filter((o) =>
+            ((o as { spec?: { accessModes?: string[] } }).spec?.accessModes ?? []).some(
+              (m) => m !== "ReadWriteMany" && m !== "ReadOnlyMany",
+            ),
+          )
+          .map((o) => o.metadata.name),
+      );
+      const claims = (w: ReturnType<typeof workloads>[number]): string[] =>
+        ((w.pod.volumes ?? []) as { persistentVolumeClaim?: { claimName: string } }[])
+          .map((v) => v.persistentVolumeClaim?.claimName)
+          .filter((c): c is string => c !== undefined && once.has(c));
+      const all = workloads(objects);
+      const inPool = new Set(all.filter((w) => w.name === "sandbox").flatMap(claims));
+      const across = all
+        .filter((w) => w.name !== "sandbox")
+        .flatMap(claims)
+        .filter((c) => inPool.has(c));
+      if (across.length > 0)
+        assert.ok(
+          new RegExp(`not with [^.:]*\`${overlay}\``).test(section),
+          `${overlay}: the claim ${across[0]} is ReadWriteOnce and mounted in and off the pool, and the README offers the component there`,
+        );
+    }
+  });
+
   void it("puts sandbox pods on the pool's nodes alone and keeps every other workload off them", () => {
     for (const overlay of ["prod", "dev-bubblewrap"]) {
       // An overlay of the component over a shipped one, beside them in a prepared copy (kustomize takes no absolute paths).
