@@ -21,6 +21,7 @@ import {
   mkdirSync,
   open as openCallback,
   readdirSync,
+  readlinkSync,
   realpathSync,
   renameSync,
   rmSync,
@@ -511,6 +512,7 @@ export class InternalDirectoryPool {
 export async function prepareRoot(root: string): Promise<string> {
   await mkdir(root, { recursive: true, mode: 0o711 });
   assertOwnFolder(root, root, { link: true });
+  assertSafeWay(root);
   // A root root owns keeps its mode where the sandbox is not root: whether sessions' uids can pass it is then found out by trying (session-user-detection).
   await chmod(root, 0o711).catch((error: NodeJS.ErrnoException) => {
     if (error.code !== "EPERM") throw error;
@@ -565,6 +567,48 @@ function assertOwnFolder(dir: string, root: string, options: { link: boolean }):
     "failed_precondition",
     `the sandbox root ${root} is unsafe: ${dir} ${problem}, so another user could lead what the sandbox makes and removes there to a node folder; remove it, or set OZ0_SANDBOX_ROOT to a folder of this user's or root's (such as /var/lib/oz0-sandbox)`,
   );
+}
+
+/**
+ * Refuses a root reached through a folder another user may write: one they own, or every user may write (without the
+ * sticky bit, or with it, for an entry of theirs), at any step of resolving the root's path, the links it follows
+ * included. Whoever may write such a folder swaps what follows it whenever they like: a link of theirs higher up aimed
+ * the sandbox at a node folder of the root's name (made 0711, its internal/ emptied), and a root the sandbox made
+ * itself in a folder of theirs was theirs to replace between the checks and the start's removal of leftovers
+ * (attacker review). The root itself is assertOwnFolder's: a volume may show as another uid, or be open to every user.
+ */
+function assertSafeWay(root: string): void {
+  const own = process.geteuid?.();
+  if (own === undefined) return;
+  const ours = (uid: number): boolean => uid === own || uid === 0;
+  let links = 0;
+  const refuse = (problem: string): SandboxError =>
+    new SandboxError(
+      "failed_precondition",
+      `the sandbox root ${root} is unsafe: ${problem}, so that user could swap the root, or a folder on its way, for a link to a node folder the sandbox would make and empty; set OZ0_SANDBOX_ROOT to a folder reached only through folders of this user's or root's (such as /var/lib/oz0-sandbox)`,
+    );
+  /** The real path of `target` (absolute), each folder a name is looked up in checked. */
+  const resolve = (target: string): string => {
+    let dir = path.parse(target).root;
+    for (const name of target.split(path.sep)) {
+      if (name === "" || name === ".") continue;
+      if (name === "..") {
+        dir = path.dirname(dir);
+        continue;
+      }
+      const folder = lstatSync(dir);
+      const next = path.join(dir, name);
+      const entry = lstatSync(next);
+      if (!ours(folder.uid)) throw refuse(`${dir} belongs to uid ${folder.uid}`);
+      if ((folder.mode & 0o002) !== 0 && ((folder.mode & 0o1000) === 0 || !ours(entry.uid)))
+        throw refuse(`${dir} may be written by every user`);
+      if (!entry.isSymbolicLink()) dir = next;
+      else if (++links > 40) throw refuse(`${next} is one link too many`);
+      else dir = resolve(path.resolve(dir, readlinkSync(next)));
+    }
+    return dir;
+  };
+  resolve(path.resolve(root));
 }
 
 /**

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import {
   chmodSync,
   chownSync,
+  lchownSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -93,6 +94,64 @@ void it(
         startSandbox({ port: 0, root: volume, isolation: "none", auth: testCredentials.settingsFor("sandbox") }),
         new RegExp(`internal belongs to uid ${OTHER}, .* in ${volume}, which other users may write`),
       );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+// Whoever may write a folder on the way to the root may swap what follows it at any time: a link of theirs higher up
+// the path aimed the sandbox at a node folder of that name, which it made 0711 and whose internal/ it emptied; and a
+// root the sandbox made itself in a folder of theirs was theirs to replace after the check, before the start emptied
+// its internal/ (attacker review).
+void it(
+  "refuses a root reached through a folder another user may write, at any step of its path",
+  { skip: process.getuid?.() !== 0 && "needs root" },
+  async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-root-way-"));
+    try {
+      chmodSync(dir, 0o755);
+      // A node folder named as the root is, with a previous run's internal/ and a file in it.
+      const node = path.join(dir, "node");
+      const victim = path.join(node, "oz0-sandbox");
+      mkdirSync(path.join(victim, "internal", "kept"), { recursive: true });
+      writeFileSync(path.join(victim, "internal", "kept", "precious"), "root's");
+      chmodSync(victim, 0o700);
+      // A folder of another user's, with a link of theirs to the node folder.
+      const theirs = path.join(dir, "theirs");
+      mkdirSync(theirs, { mode: 0o755 });
+      symlinkSync(node, path.join(theirs, "link"));
+      lchownSync(path.join(theirs, "link"), OTHER, OTHER);
+      chownSync(theirs, OTHER, OTHER);
+      // And one every user may write, without the sticky bit.
+      const open = path.join(dir, "open");
+      mkdirSync(open);
+      chmodSync(open, 0o777);
+      for (const [root, why] of [
+        [path.join(theirs, "link", "oz0-sandbox"), `${theirs} belongs to uid ${OTHER}`],
+        [path.join(theirs, "made-by-the-sandbox"), `${theirs} belongs to uid ${OTHER}`],
+        [path.join(open, "made-by-the-sandbox"), `${open} may be written by every user`],
+      ] as const) {
+        let refusal: Error | undefined;
+        await startSandbox({ port: 0, root, isolation: "none", auth: testCredentials.settingsFor("sandbox") }).then(
+          (started) => started.close(),
+          (error: Error) => (refusal = error),
+        );
+        assert.ok(
+          refusal?.message.includes(`the sandbox root ${root} is unsafe: ${why}`),
+          `${root}: ${refusal?.message}`,
+        );
+      }
+      assert.ok(existsSync(path.join(victim, "internal", "kept", "precious")), "the node folder keeps its file");
+      assert.equal(statSync(victim).mode & 0o7777, 0o700, "and its mode");
+      // The default's way, through /tmp (every user's, with the sticky bit), to a root of the sandbox's own is taken.
+      const sandbox = await startSandbox({
+        port: 0,
+        root: path.join(dir, "own"),
+        isolation: "none",
+        auth: testCredentials.settingsFor("sandbox"),
+      });
+      await sandbox.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
