@@ -23,6 +23,10 @@ import { startSandbox } from "../src/index.js";
 
 const OTHER = 3_600_000 + (process.pid % 100_000);
 
+/** A sandbox on `root`, isolating nothing: only its root is under test here. */
+const startOn = (root: string) =>
+  startSandbox({ port: 0, root, isolation: "none", auth: testCredentials.settingsFor("sandbox") });
+
 void it(
   "refuses a root another user made, and empties nothing a link of theirs in it leads to",
   { skip: process.getuid?.() !== 0 && "needs root" },
@@ -45,12 +49,7 @@ void it(
       for (const root of [squatted, linked]) {
         let started;
         try {
-          started = await startSandbox({
-            port: 0,
-            root,
-            isolation: "none",
-            auth: testCredentials.settingsFor("sandbox"),
-          });
+          started = await startOn(root);
         } catch (error) {
           assert.match((error as Error).message, new RegExp(`sandbox root ${root} is unsafe: .* uid ${OTHER}`));
         } finally {
@@ -76,12 +75,7 @@ void it(
       const volume = path.join(dir, "volume");
       mkdirSync(volume, { mode: 0o777 });
       chownSync(volume, 65534, 65534);
-      const sandbox = await startSandbox({
-        port: 0,
-        root: volume,
-        isolation: "none",
-        auth: testCredentials.settingsFor("sandbox"),
-      });
+      const sandbox = await startOn(volume);
       await sandbox.close();
       // Its own folders in it are the sandbox's.
       for (const name of ["sessions", "internal"])
@@ -91,7 +85,7 @@ void it(
       mkdirSync(path.join(volume, "internal"));
       chownSync(path.join(volume, "internal"), OTHER, OTHER);
       await assert.rejects(
-        startSandbox({ port: 0, root: volume, isolation: "none", auth: testCredentials.settingsFor("sandbox") }),
+        startOn(volume),
         new RegExp(`internal belongs to uid ${OTHER}, .* in ${volume}, which other users may write`),
       );
     } finally {
@@ -133,7 +127,7 @@ void it(
         [path.join(open, "made-by-the-sandbox"), `${open} may be written by every user`],
       ] as const) {
         let refusal: Error | undefined;
-        await startSandbox({ port: 0, root, isolation: "none", auth: testCredentials.settingsFor("sandbox") }).then(
+        await startOn(root).then(
           (started) => started.close(),
           (error: Error) => (refusal = error),
         );
@@ -145,12 +139,7 @@ void it(
       assert.ok(existsSync(path.join(victim, "internal", "kept", "precious")), "the node folder keeps its file");
       assert.equal(statSync(victim).mode & 0o7777, 0o700, "and its mode");
       // The default's way, through /tmp (every user's, with the sticky bit), to a root of the sandbox's own is taken.
-      const sandbox = await startSandbox({
-        port: 0,
-        root: path.join(dir, "own"),
-        isolation: "none",
-        auth: testCredentials.settingsFor("sandbox"),
-      });
+      const sandbox = await startOn(path.join(dir, "own"));
       await sandbox.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
