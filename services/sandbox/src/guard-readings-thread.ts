@@ -4,6 +4,7 @@ import { parentPort } from "node:worker_threads";
 import type { GuardReadingReply, GuardReadingTask } from "./guard-readings.js";
 import { heldDeletedFiles } from "./held-deleted-files.js";
 import { sessionsOverMemory } from "./session-memory-guard.js";
+import { entriesByUid } from "./shared-place-entries.js";
 import { sessionsOverOpenFiles } from "./session-open-files-guard.js";
 
 function run(task: GuardReadingTask): unknown {
@@ -12,6 +13,8 @@ function run(task: GuardReadingTask): unknown {
       return sessionsOverMemory(task.input);
     case "sessionsOverOpenFiles":
       return sessionsOverOpenFiles(task.input);
+    case "entriesByUid":
+      return entriesByUid(task.input);
     case "heldDeletedFiles":
       return heldDeletedFiles(task.input);
   }

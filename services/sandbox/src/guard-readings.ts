@@ -1,5 +1,6 @@
 // What the memory, open files and disk guards read of /proc, read on a thread of its own
-// (guard-readings-thread.ts). A reading is synchronous work proportional to
+// (guard-readings-thread.ts), and the entries the `user`-mode sessions' uids own in the
+// node's shared tmpfs places. A reading is synchronous work proportional to
 // what the sessions hold: every process's status, every descriptor and
 // mapping of theirs looked at for files with no name, the files of the
 // node's tmpfs places. A session decides how much that is (a million
@@ -31,6 +32,10 @@ export type GuardReadingTask =
   | {
       readonly kind: "sessionsOverOpenFiles";
       readonly input: { sessions: ReadonlyMap<string, ProcessFinder>; max: number };
+    }
+  | {
+      readonly kind: "entriesByUid";
+      readonly input: { place: string; uids: readonly number[]; budget: number };
     }
   | {
       readonly kind: "heldDeletedFiles";
@@ -82,6 +87,11 @@ export class GuardReadings {
     input: Extract<GuardReadingTask, { kind: "sessionsOverOpenFiles" }>["input"],
   ): Promise<OpenFilesOverLimit[]> {
     return this.#ask({ kind: "sessionsOverOpenFiles", input }) as Promise<OpenFilesOverLimit[]>;
+  }
+
+  /** How many entries each uid owns in a shared tmpfs place (shared-place-entries.ts, entriesByUid). */
+  entriesByUid(input: Extract<GuardReadingTask, { kind: "entriesByUid" }>["input"]): Promise<Map<number, number>> {
+    return this.#ask({ kind: "entriesByUid", input }) as Promise<Map<number, number>>;
   }
 
   /** What each session holds deleted on the filesystem `device` (held-deleted-files.ts, heldDeletedFiles). */

@@ -279,6 +279,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
     maxSessions,
     minFreeDiskBytes: config.minFreeDiskBytes,
     minFreeDiskFiles: config.minFreeDiskFiles,
+    minFreeSharedFiles: config.minFreeSharedFiles,
     diskLimitBytes: config.diskLimitBytes,
     ...(config.diskCheckMs !== undefined ? { diskCheckMs: config.diskCheckMs } : {}),
     maxSessionMemoryBytes: config.maxSessionMemoryBytes,

@@ -64,6 +64,13 @@ export interface SandboxConfig {
   /** The same for files, inodes (OZ0_SANDBOX_MIN_FREE_FILES). Default 100,000, or a twentieth of the filesystem's when less. */
   minFreeDiskFiles?: number;
   /**
+   * In the `user` mode, below this many free files (inodes) in one of the node's shared tmpfs places (/dev/shm; /tmp
+   * and /run/lock where they are one), the session whose uid owns the most entries there is stopped
+   * (OZ0_SANDBOX_MIN_FREE_SHARED_FILES; 0: no guard; shared-tmpfs-guard.ts). Default 100,000, or a twentieth of the
+   * place's inodes when less. Checked as often as the disk (OZ0_SANDBOX_DISK_CHECK_MS).
+   */
+  minFreeSharedFiles?: number;
+  /**
    * The most the sandbox root may hold, in bytes (OZ0_SANDBOX_DISK_LIMIT_BYTES): a Kubernetes emptyDir's sizeLimit,
    * past which the kubelet evicts the pod with every session. The floor then applies to what it leaves too. Default:
    * none (0), the filesystem's free space the only bound.
@@ -296,6 +303,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     listenPorts: envOneOf(env, "OZ0_SESSION_LISTEN_PORTS", LISTEN_PORTS_SETTINGS) ?? "auto",
     minFreeDiskBytes: envInteger(env, "OZ0_SANDBOX_MIN_FREE_BYTES", { min: 0, unit: "bytes" }),
     minFreeDiskFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_FILES", { min: 0, unit: "files" }),
+    minFreeSharedFiles: envInteger(env, "OZ0_SANDBOX_MIN_FREE_SHARED_FILES", { min: 0, unit: "files" }),
     diskLimitBytes: envInteger(env, "OZ0_SANDBOX_DISK_LIMIT_BYTES", { min: 0, unit: "bytes (0: no limit)" }),
     diskCheckMs: envInteger(env, "OZ0_SANDBOX_DISK_CHECK_MS", { min: 10, unit: "ms" }),
     maxSessionMemoryBytes: envInteger(env, "OZ0_SESSION_MAX_MEMORY_BYTES", {

@@ -12,10 +12,9 @@
 // is one, so there the files its uid owns in them count with its processes, as do the System V segments its uid owns
 // and no process has attached. In every mode the files of memory with no name its processes hold (a memfd, a
 // deleted tmpfs file: held-memory-files.ts) count whole.
-import { lstatSync, readdirSync, readFileSync, statfsSync, type Stats } from "node:fs";
-import path from "node:path";
+import { readFileSync } from "node:fs";
 import type { Logger } from "@oz0/serving";
-import { heldMemoryFiles, isMemoryFilesystem, mappedFromFiles } from "./held-memory-files.js";
+import { heldMemoryFiles, mappedFromFiles } from "./held-memory-files.js";
 import type { GuardReadings } from "./guard-readings.js";
 import { fromRandomStart, MAX_LOOKED_AT_PER_CHECK } from "./held-deleted-files.js";
 import { PeriodicCheck } from "./periodic-check.js";
@@ -28,7 +27,8 @@ import {
   type SessionProcesses,
 } from "./process-list.js";
 import { mebibytes } from "./session-disk-guard.js";
-import { SHARED_WRITABLE_PLACES, systemVTable } from "./session-user-files.js";
+import { forEachOwnedEntry, sharedTmpfsPlaces } from "./shared-place-entries.js";
+import { systemVTable } from "./session-user-files.js";
 
 /**
  * The most entries of the node's tmpfs places one check looks at: a session making a million empty files there must
@@ -82,13 +82,7 @@ export class SessionMemoryGuard {
 
   constructor(options: SessionMemoryGuardOptions) {
     this.#options = options;
-    this.#sharedTmpfs = SHARED_WRITABLE_PLACES.filter((place) => {
-      try {
-        return isMemoryFilesystem(statfsSync(place).type);
-      } catch {
-        return false; // not on this node
-      }
-    });
+    this.#sharedTmpfs = sharedTmpfsPlaces();
     this.#checks = new PeriodicCheck({
       intervalMs: options.intervalMs,
       check: () => this.#check(),
@@ -228,50 +222,17 @@ export function processMemory(dir: string, how: "resident" | "proportional"): nu
   }
 }
 
-/**
- * For each uid, the files and folders it owns beneath `places`, with what each takes (allocated bytes, by
- * `<st_dev>:<st_ino>`), each place walked once on its filesystem, links not followed, entering only folders one of
- * the uids owns or may write to (every user, or its group: a session's gid is its uid), where it could have made
- * something (as session-user-files.ts removes them).
- */
+/** For each uid, the files and folders it owns beneath `places`, with what each takes (allocated bytes, by `<st_dev>:<st_ino>`). */
 function ownedFiles(places: readonly string[], uids: ReadonlySet<number>): Map<number, Map<string, number>> {
   const owned = new Map<number, Map<string, number>>();
-  let budget = MAX_WALKED_ENTRIES;
-  const walk = (at: string, device: number): void => {
-    if (budget <= 0) return;
-    let names: string[];
-    try {
-      names = readdirSync(at);
-    } catch {
-      return; // gone, or not the sandbox's to read
-    }
-    for (const name of names) {
-      if (budget-- <= 0) return;
-      const entry = path.join(at, name);
-      let stats: Stats;
-      try {
-        stats = lstatSync(entry);
-      } catch {
-        continue; // gone meanwhile
-      }
-      if (stats.dev !== device) continue;
-      if (uids.has(stats.uid)) {
-        let files = owned.get(stats.uid);
-        if (files === undefined) owned.set(stats.uid, (files = new Map()));
-        files.set(`${stats.dev}:${stats.ino}`, stats.blocks * 512);
-      }
-      const reachable =
-        uids.has(stats.uid) || (stats.mode & 0o002) !== 0 || ((stats.mode & 0o020) !== 0 && uids.has(stats.gid));
-      if (stats.isDirectory() && reachable) walk(entry, device);
-    }
-  };
-  for (const place of places) {
-    try {
-      walk(place, lstatSync(place).dev);
-    } catch {
-      // not on this node
-    }
-  }
+  forEachOwnedEntry(places, uids, {
+    budget: MAX_WALKED_ENTRIES,
+    visit: (stats) => {
+      let files = owned.get(stats.uid);
+      if (files === undefined) owned.set(stats.uid, (files = new Map()));
+      files.set(`${stats.dev}:${stats.ino}`, stats.blocks * 512);
+    },
+  });
   return owned;
 }
 

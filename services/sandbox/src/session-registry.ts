@@ -36,6 +36,7 @@ import type { UserModeSyscallFilter } from "./syscall-filter.js";
 import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
+import { SharedTmpfsGuard } from "./shared-tmpfs-guard.js";
 import { SessionOpenFilesGuard } from "./session-open-files-guard.js";
 
 export interface SessionRegistryOptions {
@@ -47,6 +48,8 @@ export interface SessionRegistryOptions {
   minFreeDiskBytes: number | undefined;
   /** The same for files (inodes). */
   minFreeDiskFiles?: number | undefined;
+  /** In the `user` mode, the floor of free files in the node's shared tmpfs places (shared-tmpfs-guard.ts); 0: no guard. */
+  minFreeSharedFiles?: number | undefined;
   /** The most the root may hold (a Kubernetes emptyDir's sizeLimit); undefined or 0: no limit but its filesystem's. */
   diskLimitBytes?: number | undefined;
   /** Between the disk guard's checks; default 1000 ms. */
@@ -148,6 +151,8 @@ export class SessionRegistry {
   readonly #guardReadings = new GuardReadings();
   /** Keeps room on the sessions' disk (session-disk-guard.ts). */
   readonly #diskGuard: SessionDiskGuard;
+  /** Keeps `user`-mode sessions from taking the inodes of the node's shared tmpfs places (shared-tmpfs-guard.ts). */
+  readonly #sharedTmpfsGuard: SharedTmpfsGuard | undefined;
   /** Keeps each session within its memory, when it has a limit (session-memory-guard.ts). */
   readonly #memoryGuard: SessionMemoryGuard | undefined;
   /** Keeps each session within its open files, when it has a limit (session-open-files-guard.ts). */
@@ -165,6 +170,14 @@ export class SessionRegistry {
       sessions: () => this.#sessions.values(),
       logger: options.logger,
     });
+    if (options.isolation.mode === "user")
+      this.#sharedTmpfsGuard = new SharedTmpfsGuard({
+        readings: this.#guardReadings,
+        minFreeFiles: options.minFreeSharedFiles,
+        ...(options.diskCheckMs !== undefined ? { intervalMs: options.diskCheckMs } : {}),
+        sessions: () => this.#sessions.values(),
+        logger: options.logger,
+      });
     if ((options.maxSessionMemoryBytes ?? 0) > 0)
       this.#memoryGuard = new SessionMemoryGuard({
         readings: this.#guardReadings,
@@ -644,6 +657,7 @@ export class SessionRegistry {
     this.#shuttingDown = true;
     this.#diskGuard.close();
     this.#memoryGuard?.close();
+    this.#sharedTmpfsGuard?.close();
     this.#openFilesGuard?.close();
     const running = [...this.#sessions.values()];
     for (const session of running) session.cancel("the sandbox node is shutting down");
