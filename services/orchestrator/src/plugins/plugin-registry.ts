@@ -54,6 +54,17 @@ function isGitSource(source: string): boolean {
 }
 
 /**
+ * A plugin's source as it is kept and shown: a URL without the user and password before its host. A private
+ * repository is often installed as `https://x-access-token:…@github.com/org/plugin.git` (or a token as the user
+ * alone); kept as given, ListPlugins showed the admin's git credential to every viewer. The clone uses the URL
+ * as given; nothing fetches from the kept source again.
+ */
+export function sourceWithoutCredentials(source: string): string {
+  // Up to the last `@` before the path: a password may hold an `@` of its own.
+  return source.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, "$1");
+}
+
+/**
  * Refuses a plugin with a symbolic link that leads outside its folder: an absolute target, or a relative one
  * that climbs out. The orchestrator reads a plugin's instructions, graphs and modules in its own process, and a
  * path check on the link's own name passes while the read follows the link: a plugin could make its
@@ -291,7 +302,7 @@ export class PluginRegistry {
         name: manifest.name,
         version: manifest.version,
         description: manifest.description ?? "",
-        source,
+        source: sourceWithoutCredentials(source),
         path: finalDir,
         manifest,
         installedAt: new Date(),
@@ -360,11 +371,13 @@ export class PluginRegistry {
       const stderr = (error as { stderr?: string }).stderr?.trim().split("\n").pop() ?? "";
       throw new OrchestratorError(
         "not_found",
-        `plugin not found: git clone ${source} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`,
+        `plugin not found: git clone ${sourceWithoutCredentials(source)} failed${stderr ? ` (${stderr})` : ""}; check the URL and your access`,
       );
     }
     if (!existsSync(path.join(into, MANIFEST_FILE))) {
-      throw notFound(`plugin not found: the repository ${source} has no ${MANIFEST_FILE} at its root`);
+      throw notFound(
+        `plugin not found: the repository ${sourceWithoutCredentials(source)} has no ${MANIFEST_FILE} at its root`,
+      );
     }
   }
 

@@ -58,7 +58,7 @@ import { watchJobs } from "./watch-jobs.js";
 import { sessionBudget } from "../policy/session-budget.js";
 import { checkUsageWindow } from "../jobs/usage-window.js";
 import { jobUsage } from "../jobs/job-usage.js";
-import type { PluginRegistry } from "../plugins/plugin-registry.js";
+import { sourceWithoutCredentials, type PluginRegistry } from "../plugins/plugin-registry.js";
 import type { ProviderSecrets } from "../sessions/session-runner.js";
 import { orchestratorTracing } from "../tracing.js";
 import type { GetUsageResponse, SummarizeUsageResponse } from "@oz0/proto/oz0/llmproxy/v1/llm_proxy_pb";
@@ -170,7 +170,8 @@ export function pluginToProto(p: PluginRecord): Plugin {
     name: p.name,
     version: p.version,
     description: p.description,
-    source: p.source,
+    // A record an earlier version kept may still hold the URL's credential.
+    source: sourceWithoutCredentials(p.source),
     path: p.path,
     installedAt: timestampFromDate(p.installedAt),
     agents: p.manifest.agents ?? [],
