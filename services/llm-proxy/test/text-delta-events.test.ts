@@ -432,6 +432,21 @@ void describe("streams read without a parse", () => {
     assert.equal(out.includes(KEY.slice(0, 8)), false);
   });
 
+  void it("Responses: a key sent three characters a delta in an audio answer's transcript is scrubbed", () => {
+    // The shape OpenAI's SDK types: a delta and a sequence number, no output item or content part.
+    const type = "response.audio.transcript.delta";
+    const events = [
+      ...pieces(ANSWER).map((delta, i) => sse({ type, delta, sequence_number: i }, type)),
+      sse({ type: "response.audio.transcript.done", sequence_number: 99 }, "response.audio.transcript.done"),
+      sse({ type: "response.completed", response: { id: "resp_1", model: "gpt", status: "completed" } }),
+    ];
+    const out = throughProxy(openAiResponses, new ResponsesStreamMeter(), events);
+    const deltas = dataOf(out).filter((event) => event.type === type);
+    assert.equal(deltas.map((event) => event.delta).join(""), SCRUBBED);
+    const done = dataOf(out).findIndex((event) => event.type === "response.audio.transcript.done");
+    assert.equal(dataOf(out)[done - 1]?.type, type, "the held text goes out just before the transcript's done");
+  });
+
   void it("Responses: the events that repeat a text streamed clean are still scrubbed wherever else they hold a key", () => {
     const answer = "A clean answer, long enough to be remembered once it has streamed whole. ";
     const done = { type: "response.output_text.done", output_index: 1, content_index: 0, text: answer };

@@ -6,8 +6,8 @@
 // `response.incomplete` or `response.failed`, whose `response` carries the
 // usage (there is no `[DONE]`), and an `error` event may come at any point.
 // Streamed texts: the `delta` of each text delta event (output text, refusal,
-// reasoning and its summary, function call arguments, custom tool input), one
-// text per output item and content part; the other events repeat whole texts
+// reasoning and its summary, function call arguments, custom tool input, an
+// audio answer's transcript), one text per output item and content part; the other events repeat whole texts
 // (a text's `.done`, the output item, the final response).
 import { scanReadsStrings } from "@oz0/serving";
 import {
@@ -66,6 +66,8 @@ const TEXT_DELTAS = new Set([
   "response.custom_tool_call_input.delta",
   "response.mcp_call_arguments.delta",
   "response.code_interpreter_call_code.delta",
+  // An audio answer's transcript: the model's words, which may repeat the key as any text does.
+  "response.audio.transcript.delta",
 ]);
 
 export class ResponsesStreamMeter extends TextStreamMeter {
