@@ -1,0 +1,61 @@
+// Who may reach what in every rendered overlay, beyond the identity rules of
+// identity.test.ts: the checks are in support/network-checks.ts, and the last
+// suite breaks copies of prod and expects each check to say so.
+import assert from "node:assert/strict";
+import path from "node:path";
+import { before, describe, it } from "node:test";
+import { kafkaFindings } from "./support/network-checks.js";
+import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
+import type { Any } from "./support/workloads.js";
+
+for (const dir of overlayDirs()) {
+  const overlay = path.basename(dir);
+  void describe(`network of ${overlay}`, () => {
+    let objects: K8sObject[] = [];
+    before(() => {
+      objects = render(dir);
+    });
+
+    void it("lets only the events pods reach Kafka, whose listener takes no credential", () => {
+      assert.deepEqual(kafkaFindings(objects), []);
+    });
+  });
+}
+
+void describe("the network checks catch mistakes", () => {
+  let prod: K8sObject[] = [];
+  before(() => {
+    prod = render(path.join(k8sDir, "overlays", "prod"));
+  });
+  /** A copy of prod, changed by `change`. */
+  const broken = (change: (objects: Any[]) => void): K8sObject[] => {
+    const copy = structuredClone(prod) as Any[];
+    change(copy);
+    return copy;
+  };
+  const policy = (objects: Any[], name: string): Any =>
+    objects.find((o) => o.kind === "NetworkPolicy" && o.metadata.name === name);
+  const listener = (objects: Any[]): Any => objects.find((o) => o.kind === "Kafka").spec.kafka.listeners[0];
+
+  void it("prod as rendered has no finding, and has a Kafka to check", () => {
+    assert.ok(prod.some((o) => o.kind === "Kafka"));
+    assert.deepEqual(kafkaFindings(prod), []);
+  });
+
+  void it("Kafka's listener without its peers, with the sandbox's, or outside the cluster", () => {
+    const open = broken((o) => delete listener(o).networkPolicyPeers);
+    assert.match(kafkaFindings(open).join("\n"), /listener plain names no networkPolicyPeers: every pod/);
+    const sandbox = broken((o) =>
+      listener(o).networkPolicyPeers.push({ podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } }),
+    );
+    assert.match(kafkaFindings(sandbox).join("\n"), /listener plain admits .*sandbox.*, not the events pods alone/);
+    const outside = broken((o) => (listener(o).type = "loadbalancer"));
+    assert.match(kafkaFindings(outside).join("\n"), /listener plain is of type loadbalancer, not internal/);
+    const everyone = broken((o) => policy(o, "kafka-cluster").spec.ingress[0].from.push({ podSelector: {} }));
+    const findings = kafkaFindings(everyone).join("\n");
+    assert.match(findings, /kafka-cluster lets sandbox pods reach the Kafka pods/);
+    assert.match(findings, /kafka-cluster lets orchestrator pods reach the Kafka pods/);
+    const elsewhere = broken((o) => policy(o, "kafka-cluster").spec.ingress[0].from.push({ namespaceSelector: {} }));
+    assert.match(kafkaFindings(elsewhere).join("\n"), /kafka-cluster lets .* reach the Kafka pods: another namespace/);
+  });
+});
