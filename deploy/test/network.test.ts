@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
-import { kafkaFindings } from "./support/network-checks.js";
+import { eventsFindings, kafkaFindings } from "./support/network-checks.js";
 import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
 import type { Any } from "./support/workloads.js";
 
@@ -18,6 +18,10 @@ for (const dir of overlayDirs()) {
 
     void it("lets only the events pods reach Kafka, whose listener takes no credential", () => {
       assert.deepEqual(kafkaFindings(objects), []);
+    });
+
+    void it("lets only the orchestrator and the LLM proxy call events, and sandbox pods never", () => {
+      assert.deepEqual(eventsFindings(objects), []);
     });
   });
 }
@@ -40,6 +44,7 @@ void describe("the network checks catch mistakes", () => {
   void it("prod as rendered has no finding, and has a Kafka to check", () => {
     assert.ok(prod.some((o) => o.kind === "Kafka"));
     assert.deepEqual(kafkaFindings(prod), []);
+    assert.deepEqual(eventsFindings(prod), []);
   });
 
   void it("Kafka's listener without its peers, with the sandbox's, or outside the cluster", () => {
@@ -57,5 +62,22 @@ void describe("the network checks catch mistakes", () => {
     assert.match(findings, /kafka-cluster lets orchestrator pods reach the Kafka pods/);
     const elsewhere = broken((o) => policy(o, "kafka-cluster").spec.ingress[0].from.push({ namespaceSelector: {} }));
     assert.match(kafkaFindings(elsewhere).join("\n"), /kafka-cluster lets .* reach the Kafka pods: another namespace/);
+  });
+
+  void it("events called by sandbox pods, at either end, or by another namespace", () => {
+    const sandboxPeer = { podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } };
+    const admits = broken((o) => policy(o, "events").spec.ingress[0].from.push(sandboxPeer));
+    assert.match(eventsFindings(admits).join("\n"), /NetworkPolicy events lets sandbox pods call events/);
+    const reaches = broken((o) =>
+      policy(o, "sandbox-telemetry").spec.egress.push({
+        to: [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "events" } } }],
+        ports: [{ protocol: "TCP", port: 7703 }],
+      }),
+    );
+    assert.match(eventsFindings(reaches).join("\n"), /sandbox-telemetry lets sandbox pods reach events/);
+    const elsewhere = broken((o) => policy(o, "events").spec.ingress[0].from.push({ namespaceSelector: {} }));
+    assert.match(eventsFindings(elsewhere).join("\n"), /lets .* call events: another namespace/);
+    const cut = broken((o) => (policy(o, "events").spec.ingress[0].ports = [{ protocol: "TCP", port: 7710 }]));
+    assert.match(eventsFindings(cut).join("\n"), /orchestrator pods cannot reach events on 7703/);
   });
 });

@@ -449,7 +449,8 @@ for (const dir of overlayDirs()) {
     void it("lets sandbox pods reach only the orchestrator, the LLM proxy and the telemetry sinks: no DNS", () => {
       const sandbox = workload(objects, "sandbox");
       const strict = !objects.some((o) => o.kind === "NetworkPolicy" && o.metadata.name === "sandbox-telemetry");
-      const allowed = new Set(["orchestrator", "llm-proxy", ...(strict ? [] : ["events", "otel-collector"])]);
+      // Never events: the sandbox publishes nothing (network.test.ts checks both ends).
+      const allowed = new Set(["orchestrator", "llm-proxy", ...(strict ? [] : ["otel-collector"])]);
       const reached = new Set<string>();
       for (const policy of policiesFor(objects, sandbox.podLabels, "Egress")) {
         for (const rule of policy.spec.egress ?? []) {

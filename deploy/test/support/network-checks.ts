@@ -3,7 +3,7 @@
 // each one fails on the mistake it is there for.
 import { isDeepStrictEqual } from "node:util";
 import type { K8sObject } from "./render.js";
-import { peerCovers, peerPods, policiesFor, type Any } from "./workloads.js";
+import { peerCovers, peerPods, policiesFor, ports, rulePortsAdmit, workload, type Any } from "./workloads.js";
 
 /** The one peer Strimzi's listeners may name: the events pods, which alone publish to Kafka. */
 export const KAFKA_CLIENT_PEERS = [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "events" } } }];
@@ -57,6 +57,46 @@ export function kafkaFindings(objects: K8sObject[]): string[] {
           }
         }
       }
+    }
+  }
+  return findings;
+}
+
+/** Who publishes to the events service: the sandbox does not (the orchestrator publishes what a node reports). */
+export const EVENTS_CALLERS = ["orchestrator", "llm-proxy"];
+
+/**
+ * The events service (7703) is called by its producers and nothing else,
+ * checked at both ends: no NetworkPolicy selecting its pods admits a pod of
+ * ours but theirs, another namespace or an address, and no NetworkPolicy
+ * selecting sandbox pods lets them reach it, on any port.
+ */
+export function eventsFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  const pods = peerPods(objects);
+  const events = pods.find((p) => p.workload === "events")!;
+  const admitted = new Set<string>();
+  for (const policy of policiesFor(objects, workload(objects, "events").podLabels, "Ingress")) {
+    const where = `NetworkPolicy ${policy.metadata.name as string}`;
+    for (const rule of policy.spec.ingress ?? []) {
+      for (const peer of rule.from ?? []) {
+        if (peer.ipBlock || peer.namespaceSelector)
+          findings.push(`${where} lets ${JSON.stringify(peer)} call events: another namespace or address`);
+        for (const p of pods) {
+          if (!peerCovers(peer, policy.metadata.namespace, p)) continue;
+          if (!EVENTS_CALLERS.includes(p.workload)) findings.push(`${where} lets ${p.workload} pods call events`);
+          else if (rulePortsAdmit(rule.ports, ports.events)) admitted.add(p.workload);
+        }
+      }
+    }
+  }
+  for (const caller of EVENTS_CALLERS)
+    if (!admitted.has(caller)) findings.push(`${caller} pods cannot reach events on ${ports.events}`);
+  const sandbox = workload(objects, "sandbox");
+  for (const policy of policiesFor(objects, sandbox.podLabels, "Egress")) {
+    for (const rule of policy.spec.egress ?? []) {
+      if ((rule.to ?? []).some((peer: Any) => peerCovers(peer, policy.metadata.namespace, events)))
+        findings.push(`NetworkPolicy ${policy.metadata.name as string} lets sandbox pods reach events`);
     }
   }
   return findings;
