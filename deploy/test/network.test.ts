@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
-import { eventsFindings, kafkaFindings } from "./support/network-checks.js";
+import { eventsFindings, internetEgressFindings, kafkaFindings } from "./support/network-checks.js";
 import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
 import type { Any } from "./support/workloads.js";
 
@@ -45,6 +45,7 @@ void describe("the network checks catch mistakes", () => {
     assert.ok(prod.some((o) => o.kind === "Kafka"));
     assert.deepEqual(kafkaFindings(prod), []);
     assert.deepEqual(eventsFindings(prod), []);
+    assert.deepEqual(internetEgressFindings(prod), []);
   });
 
   void it("Kafka's listener without its peers, with the sandbox's, or outside the cluster", () => {
@@ -79,5 +80,37 @@ void describe("the network checks catch mistakes", () => {
     assert.match(eventsFindings(elsewhere).join("\n"), /lets .* call events: another namespace/);
     const cut = broken((o) => (policy(o, "events").spec.ingress[0].ports = [{ protocol: "TCP", port: 7710 }]));
     assert.match(eventsFindings(cut).join("\n"), /orchestrator pods cannot reach events on 7703/);
+  });
+
+  void it("a way out of the cluster for more pods than llm-proxy, or to private ranges", () => {
+    const internet = (o: Any[]): Any => policy(o, "llm-proxy").spec.egress[0];
+    // The proxy's rule in a policy of its own, selecting every pod but the sandbox's: the others would leave too.
+    const shared = broken((o) =>
+      o.push({
+        apiVersion: "networking.k8s.io/v1",
+        kind: "NetworkPolicy",
+        metadata: { name: "egress-internet", namespace: "oz0" },
+        spec: {
+          podSelector: {
+            matchExpressions: [{ key: "app.kubernetes.io/name", operator: "NotIn", values: ["sandbox"] }],
+          },
+          policyTypes: ["Egress"],
+          egress: [structuredClone(internet(o))],
+        },
+      }),
+    );
+    assert.match(
+      internetEgressFindings(shared).join("\n"),
+      /egress-internet lets pods it selects .* leave the cluster/,
+    );
+    const everyone = broken((o) => (policy(o, "llm-proxy").spec.podSelector = {}));
+    assert.match(
+      internetEgressFindings(everyone).join("\n"),
+      /NetworkPolicy llm-proxy lets pods it selects \(\{\}\) leave the cluster/,
+    );
+    const metadata = broken((o) => internet(o).to[0].ipBlock.except.pop());
+    assert.match(internetEgressFindings(metadata).join("\n"), /169\.254\.0\.0\/16 is not excluded/);
+    const anyPort = broken((o) => delete internet(o).ports);
+    assert.match(internetEgressFindings(anyPort).join("\n"), /llm-proxy leaves on undefined, not 443 only/);
   });
 });

@@ -101,3 +101,57 @@ export function eventsFindings(objects: K8sObject[]): string[] {
   }
   return findings;
 }
+
+/** What the LLM proxy's way out excludes: private ranges, shared address space (Alibaba's metadata server), link-local (every cloud's metadata endpoint). */
+export const EXCLUDED_FROM_INTERNET = [
+  "10.0.0.0/8",
+  "172.16.0.0/12",
+  "192.168.0.0/16",
+  "100.64.0.0/10",
+  "169.254.0.0/16",
+];
+
+/** Whether a pod selector can select nothing but the pods of one app (app.kubernetes.io/name). */
+function selectsOnly(selector: Any, name: string): boolean {
+  if (selector?.matchLabels?.["app.kubernetes.io/name"] === name) return true;
+  return (selector?.matchExpressions ?? []).some(
+    (e: Any) => e.key === "app.kubernetes.io/name" && e.operator === "In" && isDeepStrictEqual(e.values, [name]),
+  );
+}
+
+/**
+ * Only llm-proxy leaves the cluster, on 443 and not to private or
+ * link-local ranges: every egress rule to an ipBlock is in a policy that
+ * selects llm-proxy pods and no other (a selector that merely includes them,
+ * `{}` or `NotIn: [sandbox]`, would let every such pod out), except the
+ * Strimzi entity operator's, to single addresses on the API server's ports.
+ */
+export function internetEgressFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const policy of objects.filter((o) => o.kind === "NetworkPolicy") as Any[]) {
+    const where = `NetworkPolicy ${policy.metadata.name as string}`;
+    const selector = policy.spec.podSelector;
+    const apiServer = (selector?.matchLabels?.["strimzi.io/name"] as string | undefined)?.endsWith("-entity-operator");
+    for (const rule of policy.spec.egress ?? []) {
+      for (const peer of rule.to ?? []) {
+        if (!peer.ipBlock) continue;
+        if (selectsOnly(selector, "llm-proxy")) {
+          if (!isDeepStrictEqual(rule.ports, [{ protocol: "TCP", port: 443 }]))
+            findings.push(`${where}: llm-proxy leaves on ${JSON.stringify(rule.ports)}, not 443 only`);
+          for (const cidr of EXCLUDED_FROM_INTERNET)
+            if (!peer.ipBlock.except?.includes(cidr)) findings.push(`${where}: ${cidr} is not excluded`);
+        } else if (apiServer) {
+          if (!/\/32$/.test(peer.ipBlock.cidr)) findings.push(`${where}: ${peer.ipBlock.cidr} is not one address`);
+          for (const p of rule.ports ?? [])
+            if (![443, 6443].includes(p.port)) findings.push(`${where}: the API server on port ${p.port}`);
+          if ((rule.ports ?? []).length === 0) findings.push(`${where}: the API server on every port`);
+        } else {
+          findings.push(
+            `${where} lets pods it selects (${JSON.stringify(selector)}) leave the cluster to ${peer.ipBlock.cidr}: only llm-proxy may`,
+          );
+        }
+      }
+    }
+  }
+  return findings;
+}
