@@ -4,7 +4,12 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { before, describe, it } from "node:test";
-import { eventsFindings, internetEgressFindings, kafkaFindings } from "./support/network-checks.js";
+import {
+  anyPodIngressFindings,
+  eventsFindings,
+  internetEgressFindings,
+  kafkaFindings,
+} from "./support/network-checks.js";
 import { k8sDir, overlayDirs, render, type K8sObject } from "./support/render.js";
 import type { Any } from "./support/workloads.js";
 
@@ -22,6 +27,10 @@ for (const dir of overlayDirs()) {
 
     void it("lets only the orchestrator and the LLM proxy call events, and sandbox pods never", () => {
       assert.deepEqual(eventsFindings(objects), []);
+    });
+
+    void it("admits no pod by nothing it carries, of this namespace or another, and no address", () => {
+      assert.deepEqual(anyPodIngressFindings(objects), []);
     });
   });
 }
@@ -46,6 +55,7 @@ void describe("the network checks catch mistakes", () => {
     assert.deepEqual(kafkaFindings(prod), []);
     assert.deepEqual(eventsFindings(prod), []);
     assert.deepEqual(internetEgressFindings(prod), []);
+    assert.deepEqual(anyPodIngressFindings(prod), []);
   });
 
   void it("Kafka's listener without its peers, with the sandbox's, or outside the cluster", () => {
@@ -112,5 +122,31 @@ void describe("the network checks catch mistakes", () => {
     assert.match(internetEgressFindings(metadata).join("\n"), /169\.254\.0\.0\/16 is not excluded/);
     const anyPort = broken((o) => delete internet(o).ports);
     assert.match(internetEgressFindings(anyPort).join("\n"), /llm-proxy leaves on undefined, not 443 only/);
+  });
+
+  void it("an ingress peer with a `from` that still admits every pod", () => {
+    // The node API open to every namespace: heartbeats still pass, and every other check with them.
+    const nodeApi = broken((o) => policy(o, "orchestrator").spec.ingress[1].from.push({ namespaceSelector: {} }));
+    assert.match(
+      anyPodIngressFindings(nodeApi).join("\n"),
+      /orchestrator ingress\[1\] admits any pod of another namespace through \{"namespaceSelector":\{\}\}/,
+    );
+    const collector = broken((o) => (policy(o, "otel-collector").spec.ingress[0].from = [{ podSelector: {} }]));
+    const findings = anyPodIngressFindings(collector).join("\n");
+    assert.match(findings, /otel-collector ingress\[0\] admits any pod of oz0/);
+    assert.doesNotMatch(findings, /another namespace/);
+    const allBut = broken(
+      (o) =>
+        (policy(o, "kafka-cluster").spec.ingress[0].from = [
+          {
+            podSelector: {
+              matchExpressions: [{ key: "app.kubernetes.io/name", operator: "NotIn", values: ["sandbox"] }],
+            },
+          },
+        ]),
+    );
+    assert.match(anyPodIngressFindings(allBut).join("\n"), /kafka-cluster ingress\[0\] admits any pod of oz0/);
+    const addresses = broken((o) => policy(o, "events").spec.ingress[0].from.push({ ipBlock: { cidr: "0.0.0.0/0" } }));
+    assert.match(anyPodIngressFindings(addresses).join("\n"), /events ingress\[0\] admits addresses/);
   });
 });

@@ -3,7 +3,16 @@
 // each one fails on the mistake it is there for.
 import { isDeepStrictEqual } from "node:util";
 import type { K8sObject } from "./render.js";
-import { peerCovers, peerPods, policiesFor, ports, rulePortsAdmit, workload, type Any } from "./workloads.js";
+import {
+  namespaceLabels,
+  peerCovers,
+  peerPods,
+  policiesFor,
+  ports,
+  rulePortsAdmit,
+  workload,
+  type Any,
+} from "./workloads.js";
 
 /** The one peer Strimzi's listeners may name: the events pods, which alone publish to Kafka. */
 export const KAFKA_CLIENT_PEERS = [{ podSelector: { matchLabels: { "app.kubernetes.io/name": "events" } } }];
@@ -152,6 +161,44 @@ export function internetEgressFindings(objects: K8sObject[]): string[] {
         }
       }
     }
+  }
+  return findings;
+}
+
+/**
+ * "Every ingress rule names its peers: none admits every pod"
+ * (deploy/k8s/README.md). A rule with a `from` may still admit every pod: a
+ * peer `podSelector: {}` (every pod of the namespace, sandbox pods
+ * included), `namespaceSelector: {}` (every pod of every namespace: other
+ * tenants), a NotIn selector, or an ipBlock (any address). So a pod that
+ * carries no label, in the policy's namespace or in another one, must be
+ * admitted by no peer, and no peer is an ipBlock.
+ */
+export function anyPodIngressFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const policy of objects.filter((o) => o.kind === "NetworkPolicy") as Any[]) {
+    const namespace = policy.metadata.namespace as string;
+    const strangers = [
+      { where: `any pod of ${namespace}`, namespace, labels: {}, namespaceLabels: namespaceLabels(objects, namespace) },
+      {
+        where: "any pod of another namespace",
+        namespace: "elsewhere",
+        labels: {},
+        namespaceLabels: { "kubernetes.io/metadata.name": "elsewhere" },
+      },
+    ];
+    (policy.spec.ingress ?? []).forEach((rule: Any, i: number) => {
+      for (const peer of rule.from ?? []) {
+        const where = `NetworkPolicy ${policy.metadata.name as string} ingress[${i}]`;
+        if (peer.ipBlock) {
+          findings.push(`${where} admits addresses (${JSON.stringify(peer.ipBlock)}), not pods it names`);
+          continue;
+        }
+        for (const stranger of strangers)
+          if (peerCovers(peer, namespace, stranger))
+            findings.push(`${where} admits ${stranger.where} through ${JSON.stringify(peer)}`);
+      }
+    });
   }
   return findings;
 }
