@@ -7,6 +7,7 @@ import path from "node:path";
 import { before, describe, it } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import { parse } from "yaml";
+import { NODE_IDENTITY_AUDIENCE } from "@oz0/serving";
 import {
   ingressWithoutFromFindings,
   NODE_PORT,
@@ -67,6 +68,31 @@ function podSecurityLevel(pod: Any): { level: string; why: string[] } {
   if (notBaseline.length > 0) return { level: "privileged", why: [...notBaseline, ...notRestricted] };
   if (notRestricted.length > 0) return { level: "baseline", why: notRestricted };
   return { level: "restricted", why: [] };
+}
+
+/**
+ * No pod holds a token the Kubernetes API takes. automountServiceAccountToken: false only stops the token the
+ * admission controller would add; a projected serviceAccountToken volume is the same token written by hand (with no
+ * audience, or the API server's, the API accepts it). The one projected token is the sandbox pods' for the
+ * orchestrators' node API (audience NODE_IDENTITY_AUDIENCE, which the API server does not accept; identity.test.ts
+ * checks that only node-heartbeat mounts it).
+ */
+export function apiTokenFindings(objects: K8sObject[]): string[] {
+  const findings: string[] = [];
+  for (const w of workloads(objects)) {
+    for (const v of (w.pod.volumes ?? []) as Any[]) {
+      for (const s of v.projected?.sources ?? []) {
+        const token = s.serviceAccountToken;
+        if (!token) continue;
+        if (token.audience !== NODE_IDENTITY_AUDIENCE)
+          findings.push(
+            `${w.name}: volume ${v.name} projects a ServiceAccount token for ${token.audience ?? "the Kubernetes API"}`,
+          );
+        else if (w.name !== "sandbox") findings.push(`${w.name}: volume ${v.name} projects a node identity token`);
+      }
+    }
+  }
+  return findings;
 }
 
 const KEYS_SECRET = /^llm-proxy-keys(-[a-z0-9]+)?$/;
@@ -407,6 +433,7 @@ for (const dir of overlayDirs()) {
         assert.ok(account, `ServiceAccount ${sa} exists`);
         assert.equal(account.automountServiceAccountToken, false, `ServiceAccount ${sa} automount`);
       }
+      assert.deepEqual(apiTokenFindings(objects), [], "no token the API takes, projected by hand");
       for (const role of objects.filter((o) => o.kind === "Role" || o.kind === "ClusterRole") as Any[]) {
         for (const rule of role.rules ?? []) {
           const r: string[] = rule.resources ?? [];
@@ -801,5 +828,55 @@ void describe("the sandbox-node-pool component", () => {
         }
       }
     }
+  });
+});
+
+void describe("the API token check catches a token projected by hand", () => {
+  void it("in the container that runs harnesses, or with the node API's audience elsewhere", () => {
+    const prod = render(path.join(k8sDir, "overlays", "prod"));
+    assert.deepEqual(apiTokenFindings(prod), []);
+    const broken = (change: (pod: Any) => void, name = "sandbox"): K8sObject[] => {
+      const copy = structuredClone(prod) as Any[];
+      change(
+        copy.find((o) => ["Deployment", "StatefulSet"].includes(o.kind) && o.metadata.name === name).spec.template.spec,
+      );
+      return copy;
+    };
+    // What the admission controller adds when automount is on (kube-api-access-*), written into the pod instead.
+    const apiAccess = broken((pod) => {
+      pod.volumes.push({
+        name: "kube-api-access",
+        projected: { sources: [{ serviceAccountToken: { path: "token", expirationSeconds: 3607 } }] },
+      });
+      pod.containers[0].volumeMounts.push({
+        name: "kube-api-access",
+        mountPath: "/var/run/secrets/kubernetes.io/serviceaccount",
+        readOnly: true,
+      });
+    });
+    assert.match(
+      apiTokenFindings(apiAccess).join("\n"),
+      /sandbox: volume kube-api-access projects a ServiceAccount token for the Kubernetes API/,
+    );
+    const apiServer = broken((pod) => {
+      pod.volumes.find((v: Any) => v.name === "node-identity").projected.sources[0].serviceAccountToken.audience =
+        "https://kubernetes.default.svc";
+    });
+    assert.match(
+      apiTokenFindings(apiServer).join("\n"),
+      /projects a ServiceAccount token for https:\/\/kubernetes\.default\.svc/,
+    );
+    const elsewhere = broken(
+      (pod) =>
+        pod.volumes.push({
+          name: "node-identity",
+          projected: { sources: [{ serviceAccountToken: { audience: NODE_IDENTITY_AUDIENCE, path: "token" } }] },
+        }),
+      "llm-proxy",
+    );
+    assert.match(
+      apiTokenFindings(elsewhere).join("\n"),
+      /llm-proxy: volume node-identity projects a node identity token/,
+    );
   });
 });
