@@ -272,6 +272,41 @@ void describe("startHostSession", () => {
     assert.equal(events.filter((e) => e.event.case === "permissionRequest").length, 3);
   });
 
+  void it("with permissions on, fails a second tool result for one call: one allowed request covers one run", async () => {
+    const permissions = create(SessionRequestSchema, {
+      protocolVersion: 1,
+      sessionId: "s1",
+      jobId: "j1",
+      permissions: true,
+    });
+    const { session, events } = run("repeats-tool-result", {
+      request: permissions,
+      onEvent: (event) => {
+        events.push(event);
+        if (event.event.case === "permissionRequest")
+          session.answerPermission({ id: event.event.value.id, allow: true });
+      },
+    });
+    const outcome = await expectFailure(session.outcome, "duplicate_request_id");
+    assert.equal(
+      outcome.error?.message,
+      'the harness wrote a second tool result for call "c1"; a tool call has one result, and with permissions on each run of a tool is asked about under a call id of its own',
+    );
+    assert.deepEqual(
+      events.map((e) => e.event.case),
+      ["started", "toolCall", "permissionRequest", "toolResult", "toolCall"],
+      "the second result never reaches the caller",
+    );
+    // Without permissions nothing relies on one result a call, so a harness's own use of call ids stands.
+    const unasked = run("repeats-tool-result", {
+      onEvent: (event) => {
+        if (event.event.case === "permissionRequest")
+          unasked.session.answerPermission({ id: event.event.value.id, allow: true });
+      },
+    });
+    assert.equal((await unasked.session.outcome).status, "completed");
+  });
+
   void it("fails events after the result", async () => {
     const outcome = await expectFailure(run("event-after-result").session.outcome, "event_after_result");
     assert.equal(outcome.result?.text, "one");

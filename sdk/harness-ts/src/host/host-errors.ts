@@ -23,7 +23,7 @@ export type SessionErrorCode =
   | "duplicate_result"
   /** An event other than `result` after the result. */
   | "event_after_result"
-  /** A permission request or runtime tool call reuses an id still pending or already used, or a permission request a value an earlier one used as its id or call id. */
+  /** A permission request or runtime tool call reuses an id still pending or already used, a permission request a value an earlier one used as its id or call id, or (with permissions on) a second tool result the call id of an earlier one. */
   | "duplicate_request_id"
   /** The harness exited without writing a result. */
   | "no_result"

@@ -199,6 +199,8 @@ class RunningHostSession implements HostSession {
   readonly #permissionCallIds = new Map<string, string>();
   readonly #pendingToolCalls = new Set<string>();
   readonly #usedToolCallIds = new Set<string>();
+  /** The call ids tool results have closed, with permissions on (#closeToolCall). */
+  readonly #resultCallIds = new Set<string>();
   readonly #counts: SessionCounts = { lines: 0, events: 0, permissionRequests: 0, runtimeToolCalls: 0, stderrBytes: 0 };
   #stderrTail = Buffer.alloc(0);
   readonly #timers = new Set<NodeJS.Timeout>();
@@ -475,6 +477,9 @@ class RunningHostSession implements HostSession {
         this.#counts.runtimeToolCalls++;
         break;
       }
+      case "toolResult":
+        if (!this.#closeToolCall(event.event.value.callId)) return;
+        break;
       case "result":
         this.#result = event.event.value;
         this.#pendingPermissions.clear();
@@ -544,6 +549,25 @@ class RunningHostSession implements HostSession {
       return false;
     }
     if (callId !== "") this.#permissionCallIds.set(callId, `the call id of permission request ${JSON.stringify(id)}`);
+    return true;
+  }
+
+  /**
+   * With permissions on, the orchestrator finds the answer that allowed a tool result by its call id, so a
+   * second result under the call id of an allowed call would pass as allowed: a harness that ran a second call
+   * on one answer (announcing it under the first one's call id) went unseen, and its change was handed out as the
+   * job's work. A call has one result; a result with no call id names no call (the audit refuses it).
+   */
+  #closeToolCall(callId: string): boolean {
+    if (!this.#options.request.permissions || callId === "") return true;
+    if (this.#resultCallIds.has(callId)) {
+      this.#fail(
+        "duplicate_request_id",
+        `the harness wrote a second tool result for call ${quotedRequestId(callId)}; a tool call has one result, and with permissions on each run of a tool is asked about under a call id of its own`,
+      );
+      return false;
+    }
+    this.#resultCallIds.add(callId);
     return true;
   }
 
