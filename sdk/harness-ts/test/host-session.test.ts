@@ -159,6 +159,14 @@ void describe("startHostSession", () => {
     assert.equal(outcome.result?.text, "last");
   });
 
+  void it("says so when the output's last line is cut short: the harness exited mid-line", async () => {
+    const outcome = await expectFailure(run("exits-mid-line").session.outcome, "invalid_json");
+    assert.equal(
+      outcome.error?.message,
+      'stdout line 2 is not JSON: "{\\"text\\":{\\"itemId\\":\\"t1\\",\\"te" (26 bytes); it is the output\'s last line and no newline ended it: the harness exited or closed its stdout in the middle of writing it (write each event whole, then flush, before exiting)',
+    );
+  });
+
   void it("accepts a lone result as a refusal of the request", async () => {
     const outcome = await run("refuses").session.outcome;
     assert.equal(outcome.status, "completed", outcome.error?.message);

@@ -319,7 +319,7 @@ class RunningHostSession implements HostSession {
     const { child } = this.#launched;
     const splitter = new LineSplitter({
       maxLineBytes: options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES,
-      onLine: (line) => this.#onLine(line),
+      onLine: (line, unterminated) => this.#onLine(line, unterminated),
       onOversizedLine: (bytes) =>
         this.#fail(
           "line_too_long",
@@ -396,14 +396,18 @@ class RunningHostSession implements HostSession {
     }
   }
 
-  #onLine(raw: string): void {
+  #onLine(raw: string, unterminated = false): void {
     if (!this.#processing) return;
     this.#counts.lines++;
     const line = withoutSessionToken(raw, this.#options.request.llm?.token);
     const decoded = decodeEventLine(line);
     if (!decoded.ok) {
       if (decoded.reason === "invalid_json") {
-        this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}`);
+        // A line cut short reads as garbage; what the author must fix is the exit (or a close) in mid-write.
+        const cut = unterminated
+          ? "; it is the output's last line and no newline ended it: the harness exited or closed its stdout in the middle of writing it (write each event whole, then flush, before exiting)"
+          : "";
+        this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}${cut}`);
       } else {
         this.#fail("invalid_event", `stdout line ${this.#counts.lines} is not a valid SessionEvent: ${decoded.detail}`);
       }

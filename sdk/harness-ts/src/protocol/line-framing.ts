@@ -11,8 +11,11 @@ const NEWLINE = 0x0a;
 export interface LineSplitterOptions {
   /** Longest line accepted, in bytes, without its newline. */
   maxLineBytes: number;
-  /** Called with each complete line (without the newline or a trailing `\r`). Blank lines are skipped. */
-  onLine: (line: string) => void;
+  /**
+   * Called with each complete line (without the newline or a trailing `\r`). Blank lines are skipped.
+   * `unterminated` is true for a last line {@link LineSplitter.end} delivered with no newline after it.
+   */
+  onLine: (line: string, unterminated?: boolean) => void;
   /**
    * Called once for each line longer than `maxLineBytes`, as soon as it
    * exceeds the limit; the rest of that line is discarded without buffering.
@@ -82,18 +85,18 @@ export class LineSplitter {
    */
   end(): void {
     if (this.#pendingBytes > 0 && !this.#discarding) {
-      this.#emit(Buffer.concat(this.#pending).toString("utf8"));
+      this.#emit(Buffer.concat(this.#pending).toString("utf8"), true);
     }
     this.#pending = [];
     this.#pendingBytes = 0;
     this.#discarding = false;
   }
 
-  #emit(line: string): void {
+  #emit(line: string, unterminated = false): void {
     const trimmed = line.charCodeAt(line.length - 1) === 13 ? line.slice(0, -1) : line;
     // Only a line that starts with whitespace can be blank; avoid trimming every line.
     const first = trimmed.charCodeAt(0);
     if (Number.isNaN(first) || ((first === 32 || first === 9 || first === 13) && trimmed.trim().length === 0)) return;
-    this.#options.onLine(trimmed);
+    this.#options.onLine(trimmed, unterminated);
   }
 }
