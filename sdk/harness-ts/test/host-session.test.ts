@@ -184,7 +184,11 @@ void describe("startHostSession", () => {
   void it("fails a non-JSON line, keeping the events before it", async () => {
     const { session, events } = run("garbage");
     const outcome = await expectFailure(session.outcome, "invalid_json");
-    assert.match(outcome.error?.message ?? "", /not JSON/);
+    // What to do, too: the usual cause is a print, or a tool's child process writing to the stdout it inherited.
+    assert.equal(
+      outcome.error?.message,
+      'stdout line 2 is not JSON: "this is not json" (16 bytes); stdout carries only events, one JSON object a line: write logs to stderr, and give the processes a tool starts a stdout of their own (captured, or stderr), not the harness\'s',
+    );
     assert.deepEqual(
       events.map((e) => e.event.case),
       ["started"],

@@ -404,10 +404,11 @@ class RunningHostSession implements HostSession {
     if (!decoded.ok) {
       if (decoded.reason === "invalid_json") {
         // A line cut short reads as garbage; what the author must fix is the exit (or a close) in mid-write.
-        const cut = unterminated
+        // Any other is most often a print, or a child a tool started writing to the stdout it inherited.
+        const what = unterminated
           ? "; it is the output's last line and no newline ended it: the harness exited or closed its stdout in the middle of writing it (write each event whole, then flush, before exiting)"
-          : "";
-        this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}${cut}`);
+          : "; stdout carries only events, one JSON object a line: write logs to stderr, and give the processes a tool starts a stdout of their own (captured, or stderr), not the harness's";
+        this.#fail("invalid_json", `stdout line ${this.#counts.lines} is not JSON: ${describeLine(line)}${what}`);
       } else {
         this.#fail("invalid_event", `stdout line ${this.#counts.lines} is not a valid SessionEvent: ${decoded.detail}`);
       }
