@@ -60,7 +60,12 @@ import {
   type InternalDirectoryPool,
   type SessionPaths,
 } from "./session-directories.js";
-import { buildSessionEnvironment, stateSubdirectories } from "@oz0/harness/host";
+import {
+  buildSessionEnvironment,
+  stateSubdirectories,
+  UNTRUSTED_EVENT_CODES,
+  type SessionErrorCode,
+} from "@oz0/harness/host";
 import { yieldingLauncher } from "./session-precedence.js";
 import { sessionUserLauncher, type UserModeDomain } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
@@ -109,6 +114,10 @@ export type SessionIsolation =
  * `started` and ListSessions report it as unspecified (never as NONE, which
  * it is not); lifecycle events and logs name it.
  */
+/** In place of the artifacts of a session whose harness's events could not be trusted under permissions. */
+export const ARTIFACTS_WITHHELD =
+  "withheld: the harness broke the protocol in what it said (the session's error says how) while each of its tool calls was to be asked about, so what it changed cannot be vouched for and is not collected";
+
 const ISOLATION_MODES: Record<IsolationName, IsolationMode> = {
   bwrap: IsolationMode.BWRAP,
   user: IsolationMode.USER,
@@ -713,9 +722,19 @@ export class SandboxSession {
     }
   }
 
-  /** The session's artifacts, as its log's `artifacts` entry; an error in their place when they cannot be collected. */
-  async #appendArtifacts(): Promise<void> {
+  /**
+   * The session's artifacts, as its log's `artifacts` entry; an error in their place when they cannot be collected,
+   * or must not be: `errorCode`, the session's first problem, says its harness's events could not be trusted while
+   * its tool calls were asked about one by one.
+   */
+  async #appendArtifacts(errorCode: string | undefined): Promise<void> {
     const { paths } = this.#options;
+    // A second run of a tool under an allowed call's id (attacker review) made a change no answer allowed; the job
+    // failed, but its changes.patch handed the change out. No call of such a session can be vouched for.
+    if (this.#options.request.permissions && UNTRUSTED_EVENT_CODES.has(errorCode as SessionErrorCode)) {
+      this.log.append({ case: "artifacts", value: { error: ARTIFACTS_WITHHELD } });
+      return;
+    }
     // Collecting stages the whole working directory in a git repository beside it: a copy a full disk has no room for.
     if (this.#limitBroken?.code === "disk_full" || this.#options.diskBelowFloor?.() === true) {
       this.log.append({
@@ -845,7 +864,7 @@ export class SandboxSession {
         await this.#user.killAll();
       // Everything the harness started ends with it, whatever process group or session it moved to.
       await this.#container?.end();
-      await this.#appendArtifacts();
+      await this.#appendArtifacts(error?.code);
       await this.#release();
       this.#end(status, {
         how:

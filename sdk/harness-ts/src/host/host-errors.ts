@@ -38,6 +38,24 @@ export type SessionErrorCode =
   /** The harness's stdout could not be read (its file not opened, as when the node is out of descriptors); the harness was stopped. */
   | "output_unreadable";
 
+/**
+ * The codes of a harness whose events could not be read, or were read and could not be trusted (a second tool result
+ * under one call id, a request id used twice), as against how it ended (`no_result`, `did_not_exit`). With
+ * permissions on, every tool call of such a session can no longer be matched to the answer that allowed it, so what
+ * it changed cannot be vouched for: a runtime withholds it (the sandbox collects no artifacts).
+ */
+export const UNTRUSTED_EVENT_CODES: ReadonlySet<SessionErrorCode> = new Set<SessionErrorCode>([
+  "invalid_json",
+  "invalid_event",
+  "line_too_long",
+  "unknown_event_kind",
+  "first_event_not_started",
+  "unsupported_protocol_version",
+  "duplicate_result",
+  "event_after_result",
+  "duplicate_request_id",
+]);
+
 /** The first problem a session met, as recorded in its outcome. */
 export interface SessionError {
   code: SessionErrorCode;

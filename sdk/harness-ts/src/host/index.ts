@@ -9,7 +9,7 @@ export type {
   SessionOutcome,
   SessionStatus,
 } from "./host-session.js";
-export { HostSessionError } from "./host-errors.js";
+export { HostSessionError, UNTRUSTED_EVENT_CODES } from "./host-errors.js";
 export type { HostSessionErrorCode, SessionError, SessionErrorCode } from "./host-errors.js";
 export { killAllHarnessGroups, processGroupLauncher, signalGroup } from "./process-launcher.js";
 export type { HarnessLauncher, LaunchedHarness, LaunchSpec, PipedChildProcess } from "./process-launcher.js";

@@ -4,6 +4,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { PermissionAnswer, RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import { UNTRUSTED_EVENT_CODES } from "@oz0/harness/host";
 import {
   IsolationMode,
   RunSessionRequestSchema,
@@ -33,16 +34,9 @@ const encoder = new TextEncoder();
  * (harness.proto's rules; the sandbox README lists every code). Other
  * codes of a failed session are the node's own limits or its own trouble.
  */
-const PROTOCOL_ERROR_CODES = new Set([
-  "invalid_json",
-  "invalid_event",
-  "line_too_long",
-  "unknown_event_kind",
-  "first_event_not_started",
-  "unsupported_protocol_version",
-  "duplicate_result",
-  "event_after_result",
-  "duplicate_request_id",
+const PROTOCOL_ERROR_CODES = new Set<string>([
+  // What the harness said that could not be read or trusted, then how it ended.
+  ...UNTRUSTED_EVENT_CODES,
   "no_result",
   "did_not_exit",
   "ignored_sigterm",
