@@ -447,7 +447,10 @@ async function passThrough(args: {
     try {
       const upstream = await call.response;
       status = upstream.statusCode ?? 502;
-      contentType = String(upstream.headers["content-type"] ?? "application/json");
+      // Scrubbed as a model call's headers are (model-call.ts, responseHeaders): a provider may echo the key anywhere.
+      contentType = (key?.scrubber ?? createScrubber(undefined)).text(
+        String(upstream.headers["content-type"] ?? "application/json"),
+      );
       // The answer counts against the budgets of bytes in flight as it arrives, as a model call's does.
       const refused: { by?: BytesRefusal } = {};
       const answer = await readAll(upstream, Number.POSITIVE_INFINITY, (bytes) => {

@@ -264,7 +264,8 @@ export async function startEchoingUpstream(options: {
       requests.push({ path, headers: req.headers, body });
       const model = typeof body.model === "string" ? body.model : "echo";
       if (path.endsWith("/messages/count_tokens")) {
-        res.writeHead(200, { "content-type": "application/json" });
+        // The key it was sent, echoed in a header the proxy passes on.
+        res.writeHead(200, { "content-type": `application/json; echo=${String(req.headers["x-api-key"])}` });
         res.end(JSON.stringify({ input_tokens: 10 }));
         return;
       }

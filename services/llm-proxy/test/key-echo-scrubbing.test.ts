@@ -253,6 +253,22 @@ void describe("a key echoed back in pieces", () => {
     await upstream.close();
   });
 
+  void it("count_tokens, passed through: the key echoed in its content type", async () => {
+    const response = await post(
+      `${endpoint.anthropicBaseUrl}/v1/messages/count_tokens`,
+      {
+        model: "claude-test",
+        messages: [{ role: "user", content: "count these" }],
+      },
+      { ...endpoint.headers, ...WIRES.anthropic!.auth(endpoint) },
+    );
+    assert.equal(response.status, 200, response.text);
+    assert.deepEqual(JSON.parse(response.text), { input_tokens: 10 });
+    const contentType = response.headers.get("content-type") ?? "";
+    assert.match(contentType, /^application\/json; echo=/);
+    assert.deepEqual(leaks(contentType), []);
+  });
+
   for (const [wire, client] of Object.entries(WIRES)) {
     for (const stream of [true, false]) {
       for (const c of CASES) {
