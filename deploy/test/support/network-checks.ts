@@ -111,13 +111,21 @@ export function eventsFindings(objects: K8sObject[]): string[] {
   return findings;
 }
 
-/** What the LLM proxy's way out excludes: private ranges, shared address space (Alibaba's metadata server), link-local (every cloud's metadata endpoint). */
+/**
+ * What the LLM proxy's way out excludes: private ranges, shared address space (Alibaba's metadata server), link-local
+ * (every cloud's metadata endpoint), and the reserved ranges a cluster may give its pods and Services where private
+ * ones run short (GKE's "class E" 240.0.0.0/4, the benchmarking 198.18.0.0/15, IETF's 192.0.0.0/24): no provider is
+ * there, and a pod or Service of the cluster could be.
+ */
 export const EXCLUDED_FROM_INTERNET = [
   "10.0.0.0/8",
   "172.16.0.0/12",
   "192.168.0.0/16",
   "100.64.0.0/10",
   "169.254.0.0/16",
+  "192.0.0.0/24",
+  "198.18.0.0/15",
+  "240.0.0.0/4",
 ];
 
 /** Whether a pod selector can select nothing but the pods of one app (app.kubernetes.io/name). */
