@@ -790,6 +790,28 @@ void describe("the sandbox-node-pool component", () => {
     }
   });
 
+  // Strimzi's pods are made by its operator from the custom resources' templates, not from a workload of ours: the
+  // taint alone kept them off the pool (deploy review), so a node missing it could run a broker beside agents' code.
+  void it("keeps Kafka's brokers and entity operator off the pool's nodes by affinity too", () => {
+    const dir = path.join(preparedCopy(), "overlays", "prod-with-node-pool-kafka");
+    mkdirSync(dir);
+    writeFileSync(
+      path.join(dir, "kustomization.yaml"),
+      "resources: [../prod]\ncomponents: [../../components/sandbox-node-pool]\n",
+    );
+    const objects = render(dir) as Any[];
+    const refused = [{ matchExpressions: [{ key: "oz0.dev/pool", operator: "NotIn", values: ["sandbox"] }] }];
+    const terms = (pod: Any) =>
+      pod?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+    const pools = objects.filter((o) => o.kind === "KafkaNodePool");
+    const clusters = objects.filter((o) => o.kind === "Kafka");
+    assert.ok(pools.length > 0 && clusters.length > 0, "prod runs Kafka through Strimzi");
+    for (const pool of pools)
+      assert.deepEqual(terms(pool.spec?.template?.pod), refused, `KafkaNodePool/${pool.metadata.name}`);
+    for (const kafka of clusters)
+      assert.deepEqual(terms(kafka.spec?.entityOperator?.template?.pod), refused, `Kafka/${kafka.metadata.name}`);
+  });
+
   void it("puts sandbox pods on the pool's nodes alone and keeps every other workload off them", () => {
     for (const overlay of ["prod", "dev-bubblewrap"]) {
       // An overlay of the component over a shipped one, beside them in a prepared copy (kustomize takes no absolute paths).
