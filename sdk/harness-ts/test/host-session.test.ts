@@ -319,6 +319,17 @@ void describe("startHostSession", () => {
     assert.equal((await unasked.session.outcome).status, "completed");
   });
 
+  void it("fails a cost that is not a finite number of 0 or more, in a usage event or the result", async () => {
+    const nan = await expectFailure(run("nan-cost").session.outcome, "invalid_event");
+    assert.equal(
+      nan.error?.message,
+      'a usage event reports a cost of NaN US dollars for "m"; costUsd is a finite number of 0 or more (leave it 0 when the cost is unknown)',
+    );
+    const negative = await expectFailure(run("negative-cost-in-result").session.outcome, "invalid_event");
+    assert.match(negative.error?.message ?? "", /^the result's usage reports a cost of -1000000 US dollars for "m"/);
+    assert.equal(negative.result, undefined, "the result is not taken");
+  });
+
   void it("fails events after the result", async () => {
     const outcome = await expectFailure(run("event-after-result").session.outcome, "event_after_result");
     assert.equal(outcome.result?.text, "one");

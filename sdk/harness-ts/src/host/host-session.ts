@@ -20,6 +20,7 @@ import type {
   SessionRequest,
   SessionResult,
   SessionStarted,
+  Usage,
 } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { LineSplitter } from "../protocol/line-framing.js";
 import { describeLine, encodeLine } from "../protocol/message-codec.js";
@@ -485,7 +486,11 @@ class RunningHostSession implements HostSession {
       case "toolResult":
         if (!this.#closeToolCall(event.event.value.callId)) return;
         break;
+      case "usage":
+        if (!this.#costable([event.event.value], "a usage event")) return;
+        break;
       case "result":
+        if (!this.#costable(event.event.value.usage, "the result's usage")) return;
         this.#result = event.event.value;
         this.#pendingPermissions.clear();
         this.#pendingToolCalls.clear();
@@ -574,6 +579,22 @@ class RunningHostSession implements HostSession {
     }
     this.#resultCallIds.add(callId);
     return true;
+  }
+
+  /**
+   * Whether every cost the harness reports is one (harness.proto, Usage.cost_usd: finite, 0 or more). JSON's
+   * `"NaN"`, `"Infinity"` and negative numbers decode as doubles, and were shown to the job's people as what its
+   * model calls cost (a review's hostile harness reported -1,000,000 dollars); the LLM proxy's metering is what
+   * budgets count, so this is about what people read.
+   */
+  #costable(usage: readonly Usage[], what: string): boolean {
+    const wrong = usage.find((u) => !Number.isFinite(u.costUsd) || u.costUsd < 0);
+    if (wrong === undefined) return true;
+    this.#fail(
+      "invalid_event",
+      `${what} reports a cost of ${String(wrong.costUsd)} US dollars${wrong.model ? ` for ${quotedRequestId(wrong.model)}` : ""}; costUsd is a finite number of 0 or more (leave it 0 when the cost is unknown)`,
+    );
+    return false;
   }
 
   /** Fails the session when `id` is not one an id may be (protocol/request-id-rules.ts). */

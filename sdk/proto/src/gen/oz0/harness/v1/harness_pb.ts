@@ -933,7 +933,9 @@ export type Usage = Message<"oz0.harness.v1.Usage"> & {
   reasoningTokens: bigint;
 
   /**
-   * Cost as the harness estimates it; the LLM proxy's metering is the truth.
+   * Cost as the harness estimates it, in US dollars: a finite number, 0 or
+   * more (0 when unknown; any other fails the session, invalid_event). The
+   * LLM proxy's metering is the truth.
    *
    * @generated from field: double cost_usd = 7;
    */
