@@ -266,8 +266,13 @@ void test("oz0 login keeps a checked credential for an orchestrator, commands us
   const refused = await t.cli(["login", "--url", t.url, "--token", "oz0_not-a-credential-anyone-issued"], { env });
   assert.equal(refused.code, 1);
   assert.match(refused.stderr, /not one this service accepts/);
+  assert.match(
+    refused.stderr,
+    /^oz0: warning: a credential given with --token can be read by every user .*pipe it in/m,
+  );
   const login = await t.cli(["login", "--url", t.url], { env, input: `${tokens.dave}\n` });
   assert.equal(login.code, 0, login.stderr);
+  assert.doesNotMatch(login.stderr, /warning/, "a credential piped in is read by no one else");
   assert.equal(statSync(path.join(home, "credentials", "login.json")).mode & 0o777, 0o600);
   const listed = await t.cli(["approvals", "list", "--json"], { env });
   assert.equal(listed.code, 0, listed.stderr);

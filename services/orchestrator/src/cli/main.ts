@@ -384,6 +384,12 @@ program
     "the credential (an OIDC access or ID token from your issuer); default: read from standard input",
   )
   .action(async (opts: { url: string; token?: string }) => {
+    // A command line is every local user's to read (ps, /proc/<pid>/cmdline) while the command runs: on a node of
+    // the sandbox's `user` or `none` mode, a session's too (secrets review). Standard input is not.
+    if (opts.token !== undefined)
+      io.err.write(
+        `oz0: warning: a credential given with --token can be read by every user of this machine while oz0 login runs (ps, /proc); pipe it in instead: <your issuer's CLI> | oz0 login --url ${opts.url}\n`,
+      );
     const token = (opts.token ?? (await readStdin())).trim();
     if (!token)
       throw new CliError(
