@@ -113,6 +113,16 @@ export interface GraphDefinition {
   graphs?: Record<string, Flow>;
 }
 
+/**
+ * The definition's subgraphs by name, own entries only. `graphs` is a plain
+ * object read from YAML or JSON: looked up directly, a reference to
+ * "constructor" or "toString" found Object.prototype's function and was taken
+ * for a defined subgraph.
+ */
+export function subgraphsOf(definition: GraphDefinition): Record<string, Flow> {
+  return Object.assign(Object.create(null) as Record<string, Flow>, definition.graphs);
+}
+
 /** Lower-case, dash-separated form of a name, used in `harness:<slug>` ids. */
 export function slugify(name: string): string {
   return name

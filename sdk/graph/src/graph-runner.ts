@@ -15,15 +15,16 @@ import {
   type StepRecord,
   type StoredRun,
 } from "./checkpoint-store.js";
-import type {
-  AgentNode,
-  ChoiceNode,
-  CustomStepNode,
-  Flow,
-  GraphDefinition,
-  GraphNode,
-  LoopNode,
-  ParallelNode,
+import {
+  subgraphsOf,
+  type AgentNode,
+  type ChoiceNode,
+  type CustomStepNode,
+  type Flow,
+  type GraphDefinition,
+  type GraphNode,
+  type LoopNode,
+  type ParallelNode,
 } from "./definition.js";
 import { definitionHash } from "./definition-hash.js";
 import { GraphError } from "./errors.js";
@@ -497,7 +498,7 @@ class RunExecution {
         await this.#step(node, ctx, scope, path);
         return;
       case "graph": {
-        const flow = this.#def.graphs?.[node.graph] ?? (node.graph === this.#def.name ? this.#def.root : undefined);
+        const flow = subgraphsOf(this.#def)[node.graph] ?? (node.graph === this.#def.name ? this.#def.root : undefined);
         if (!flow)
           throw new GraphError(
             "INVALID_DEFINITION",

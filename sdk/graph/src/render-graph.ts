@@ -3,7 +3,7 @@
  * and Mermaid for anything that renders it. Both label nodes with their stable
  * ids, the same ids events and spans carry.
  */
-import type { Flow, GraphDefinition, GraphNode } from "./definition.js";
+import { subgraphsOf, type Flow, type GraphDefinition, type GraphNode } from "./definition.js";
 
 /**
  * A terminal drawing: steps run top to bottom, branches of a parallel node
@@ -17,7 +17,7 @@ export function renderGraph(definition: GraphDefinition): string {
   if (definition.triggers?.length) head.push(`triggers ${definition.triggers.map((t) => t.type).join(", ")}`);
   lines.push(head.join("  ·  "));
 
-  const graphs = definition.graphs ?? {};
+  const graphs = subgraphsOf(definition);
   const expanding: string[] = [];
   const flow = (f: Flow, indent: string): void => {
     f.forEach((n, i) => node(n, indent, i === f.length - 1));
@@ -82,7 +82,7 @@ interface Exit {
 /** A Mermaid `flowchart` of the definition; subgraphs become Mermaid subgraphs. */
 export function toMermaid(definition: GraphDefinition): string {
   const out: string[] = ["flowchart TD"];
-  const graphs = definition.graphs ?? {};
+  const graphs = subgraphsOf(definition);
   const expanding: string[] = [];
   let counter = 0;
   const fresh = (prefix = "n"): string => `${prefix}${counter++}`;

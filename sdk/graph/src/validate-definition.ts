@@ -3,7 +3,7 @@
  * orchestrator calls it with the agent and step names it knows, so a graph
  * that could never run is refused before anyone invokes it.
  */
-import type { Flow, GraphDefinition, GraphNode } from "./definition.js";
+import { subgraphsOf, type Flow, type GraphDefinition, type GraphNode } from "./definition.js";
 import { parseDefinition } from "./definition-schema.js";
 import { GraphValidationError, type DefinitionProblem } from "./errors.js";
 
@@ -42,7 +42,7 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
   const problems: DefinitionProblem[] = [];
   const agents = options.knownAgents ? new Set(options.knownAgents) : null;
   const steps = options.knownSteps ? new Set(options.knownSteps) : null;
-  const graphs = def.graphs ?? {};
+  const graphs = subgraphsOf(def);
 
   if (def.managerAgent !== undefined && agents && !agents.has(def.managerAgent)) {
     problems.push({
@@ -235,7 +235,7 @@ function walkNodes(flow: Flow, at: string, fn: (n: GraphNode, at: string) => voi
  */
 function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
   const occurrences: Occurrence[] = [];
-  const graphs = def.graphs ?? {};
+  const graphs = subgraphsOf(def);
   const expand = (flow: Flow, at: string, arms: string[]): void => {
     flow.forEach((n, i) => {
       const here = `${at}/${i}`;

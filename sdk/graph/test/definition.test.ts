@@ -303,3 +303,19 @@ void test("every seed example survives TypeScript → YAML → definition unchan
     assert.equal(validateDefinition(def).ok, true, def.name);
   }
 });
+
+void test("a subgraph named like an Object.prototype member is unknown, not a crash", () => {
+  for (const name of ["constructor", "toString", "hasOwnProperty"]) {
+    const def = {
+      format: "oz0.graph/v1",
+      kind: "harness",
+      name: "h",
+      id: "harness:h",
+      root: [{ kind: "graph", id: "graph:x", graph: name }],
+    };
+    assert.deepEqual(codes(def), ["UNKNOWN_GRAPH /root/0/graph"], name);
+    assert.deepEqual(codes({ ...def, graphs: { other: [{ kind: "agent", id: "agent:a", agent: "a" }] } }), [
+      "UNKNOWN_GRAPH /root/0/graph",
+    ]);
+  }
+});
