@@ -132,6 +132,29 @@ void test("result_schema: a format is checked, and one the orchestrator does not
   );
 });
 
+void test("result_schema: a pattern is matched in linear time, and one RE2 cannot match is refused at publication", () => {
+  const withPattern = (pattern: string) =>
+    op({ result_schema: { type: "object", properties: { code: { type: "string", pattern } }, required: ["code"] } });
+  // Validated in the orchestrator's process: with a backtracking engine this answer took hours, blocking every job.
+  const validate = compileResultSchema(withPattern("^(a+)+$").result_schema as Record<string, unknown>);
+  const started = performance.now();
+  assert.equal(validate({ code: `${"a".repeat(50_000)}!` }), false);
+  assert.ok(performance.now() - started < 2_000, "a catastrophic-backtracking pattern is matched in linear time");
+  assert.deepEqual(describeValidationErrors(validate.errors), ['/code must match pattern "^(a+)+$"']);
+  assert.equal(validate({ code: "aaa" }), true);
+  assert.equal(
+    compileResultSchema(withPattern("^\\p{Lu}[a-z]{2,}\\d$").result_schema as Record<string, unknown>)({
+      code: "Abc1",
+    }),
+    true,
+  );
+  refused(
+    [withPattern("^(?!draft)")],
+    /result_schema\/properties\/code\/pattern "\^\(\?!draft\)" is not a pattern RE2 can match .*without lookaround or backreferences/,
+  );
+  refused([withPattern("^(a)\\1$")], /is not a pattern RE2 can match/);
+});
+
 void test("result_schema serialised size ≤ 65,536 bytes", () => {
   // {"type":"object","description":"…"} is 33 bytes around the description.
   const sized = (bytes: number) => ({

@@ -401,6 +401,23 @@ void test("a result holding a number JSON cannot write (1e400 read as Infinity) 
   assert.deepEqual(toJson(ValueSchema, o.answers[0]!.output!), { weight: 2, note: "kg" });
 });
 
+void test("a version published with a pattern RE2 cannot match is answered with why, running no session", async () => {
+  // Publication refuses lookaround now; a version published before still exists and may be called.
+  const agent = agentWith();
+  const operation = (agent.definition as unknown as { harness_operations: { result_schema: unknown }[] })
+    .harness_operations[0]!;
+  operation.result_schema = { type: "object", properties: { id: { type: "string", pattern: "^(?!x)" } } };
+  const sandbox = new ScriptedSandbox(() => finish({ id: "a" }));
+  const o = setup({ sandbox, agent });
+  await extract(o, "rt-1").done;
+  assert.equal(sandbox.started.length, 0);
+  assert.equal(o.answers[0]!.isError, true);
+  assert.match(
+    o.answers[0]!.error,
+    /^operation_result_invalid: extract_shipment: result_schema does not compile .*\(\?!.* publish a new version of orchestrator$/,
+  );
+});
+
 void test("the timeout is bounded by what is left of the parent's deadline", async () => {
   const sandbox = new ScriptedSandbox(() => [usage(), { case: "hang" }]);
   const deadline = new Date(Date.now() + 1_500);

@@ -7,6 +7,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 // A CommonJS module: its default import is module.exports, whose `default` is the plugin.
 import ajvFormats from "ajv-formats";
 import { fullFormats } from "ajv-formats/dist/formats.js";
+import { RE2 } from "re2-wasm";
 import { invalidArgument } from "../orchestrator-error.js";
 
 export const OPERATION_LIMITS = {
@@ -75,7 +76,17 @@ const SUBSCHEMA_MAP = new Set(["properties"]);
 // `format` is checked, with ajv-formats' full set: a result that breaks the format its schema declares is
 // invalid, as the README promises. A format outside the set is refused when the agent is published.
 // strictNumbers again after `strict: false` (which turns it off): a typed number must be finite.
-const ajv = new Ajv({ allErrors: true, strict: false, strictNumbers: true, useDefaults: false });
+// `pattern` is matched with RE2, in time linear in the string: results are validated in the orchestrator's
+// process, so a backtracking pattern such as ^(a+)+$ and a model's 40-character answer blocked its event loop
+// for hours, every job with it (attacker review). RE2 has no lookaround or backreferences; publication refuses them.
+const re2 = Object.assign((pattern: string, flags: string) => new RE2(pattern, flags), { code: "new RE2" });
+const ajv = new Ajv({
+  allErrors: true,
+  strict: false,
+  strictNumbers: true,
+  useDefaults: false,
+  code: { regExp: re2 },
+});
 ajvFormats.default(ajv);
 const FORMATS: readonly string[] = Object.keys(fullFormats);
 
@@ -105,6 +116,16 @@ function checkSubset(schema: unknown, pointer: string, where: string): void {
         where,
         `result_schema${pointer}/format is ${JSON.stringify(value)}, not a format the orchestrator checks (${FORMATS.join(", ")}); use one of those, or a pattern`,
       );
+    }
+    if (keyword === "pattern" && typeof value === "string") {
+      try {
+        re2(value, "u");
+      } catch (error) {
+        refuse(
+          where,
+          `result_schema${pointer}/pattern ${JSON.stringify(value)} is not a pattern RE2 can match (${(error as Error).message}): patterns are matched in linear time, without lookaround or backreferences; rewrite it without them`,
+        );
+      }
     }
     if (SUBSCHEMA.has(keyword)) checkSubset(value, `${pointer}/${keyword}`, where);
     if (SUBSCHEMA_LIST.has(keyword) && Array.isArray(value))

@@ -562,7 +562,19 @@ export class OperationRunner {
     base: EventBase;
   }): Promise<Outcome> {
     const { op, signal, until } = options;
-    const validate = this.#validator(options.parent.agent, op);
+    let validate: ValidateFunction;
+    try {
+      validate = this.#validator(options.parent.agent, op);
+    } catch (error) {
+      // A version published before patterns were matched with RE2 may hold one RE2 cannot match (a lookaround):
+      // the call is answered with why, where an exception here left it unanswered.
+      return {
+        kind: "failed",
+        code: "operation_result_invalid",
+        message: `${(error as Error).message}; publish a new version of ${options.parent.agent.name}`,
+        validation: "unknown",
+      };
+    }
     const maxRepairs = this.#o.maxRepairs ?? DEFAULT_MAX_REPAIRS;
     let feedback: string[] = [];
     const step = { index: 0 };
