@@ -20,6 +20,12 @@ export interface StepRequestBase {
   iteration: number;
   /** `<runId><path>`: stable across re-execution after a crash. */
   idempotencyKey: string;
+  /**
+   * 1, then one more per retry the manager granted this step. Counted from the
+   * recorded retries, so a resumed run goes on where it was: attempts before
+   * this one ended in failures the manager already decided.
+   */
+  attempt: number;
   /** Aborted on cancel or when a sibling branch failed. */
   signal: AbortSignal;
 }

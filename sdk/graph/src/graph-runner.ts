@@ -405,7 +405,7 @@ interface GuardedStep {
   ctx: HarnessContext;
   scope: Scope;
   /** Writes to the overlay; throws to fail the step. */
-  work: (overlay: HarnessContext) => Promise<void>;
+  work: (overlay: HarnessContext, attempt: number) => Promise<void>;
   /** Checks or completes the delta before it is recorded; throwing fails the step. */
   finish?: (delta: BagDelta) => void;
   /** Keys an `answer` decision writes the text to. */
@@ -533,13 +533,14 @@ class RunExecution {
       scope,
       ...(finish ? { finish } : {}),
       answerKeys: node.kind === "agent" ? ["output", node.agent] : ["output"],
-      work: async (overlay) => {
+      work: async (overlay, attempt) => {
         const common = {
           runId: this.runId,
           stepId: node.id,
           path,
           iteration: scope.iteration,
           idempotencyKey: `${this.runId}${path}`,
+          attempt,
           signal: scope.signal,
         };
         if (node.kind === "agent") {
@@ -595,7 +596,7 @@ class RunExecution {
       const overlay = g.ctx.overlay();
       let failure: unknown;
       try {
-        await g.work(overlay);
+        await g.work(overlay, attempt);
         const delta = overlay.writes();
         g.finish?.(delta);
         const stored = await this.#record(g, "ok", delta);

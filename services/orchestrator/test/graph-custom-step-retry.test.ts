@@ -3,10 +3,20 @@
 // executor re-attaches before it starts: a retry found the failed session
 // (the node keeps ended sessions for minutes) and read its failure again,
 // until the manager's retries ran out, without the step ever running twice.
+// After a restart the executor starts from the engine's attempt, so the
+// failures the manager already decided are not read again.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { HarnessContext } from "@oz0/graph";
+import {
+  GraphRunner,
+  HarnessContext,
+  InMemoryCheckpointStore,
+  type CheckpointStore,
+  type GraphDefinition,
+  type GraphManager,
+  type StepRecord,
+} from "@oz0/graph";
 import { SessionEventSchema, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { SessionGraphExecutor } from "../src/graphs/graph-executor.js";
 import { MessageQueue } from "../src/sessions/message-queue.js";
@@ -120,35 +130,88 @@ const step = {
   path: "/0",
   iteration: 0,
   idempotencyKey: "graph_1/0",
+  attempt: 1,
   name: "check",
   module: "steps/check.mjs",
 };
 
-void test("a retried custom step runs in a new session, and a restarted executor replays its attempts in order", async () => {
+void test("a retried custom step runs in a new session, and a restarted executor re-attaches the attempt the run is at", async () => {
   const node = new RecordingNode((attempt) => (attempt === 1 ? "fails" : "succeeds"));
   const executor = executorOn(node);
-  const run = () =>
-    executor.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
-  await assert.rejects(run(), /custom step check failed in the sandbox: step_error: the step threw/);
-  assert.deepEqual(await run(), { set: { done: true } });
+  const run = (attempt: number) =>
+    executor.runCustomStep({ ...step, attempt, signal: new AbortController().signal, ctx: new HarnessContext() });
+  await assert.rejects(run(1), /custom step check failed in the sandbox: step_error: the step threw/);
+  assert.deepEqual(await run(2), { set: { done: true } });
   assert.equal(node.started.length, 2, "the retry started a session of its own");
   assert.notEqual(node.started[0], node.started[1]);
 
-  // A restart: a new executor re-attaches to the first attempt (its failure is reported once), then the retry's.
+  // A restart: the resumed run is at attempt 2 (attempt 1's failure was decided): its session is the retry's.
   const restarted = executorOn(node);
-  const again = () =>
-    restarted.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
-  await assert.rejects(again(), /step_error: the step threw/);
-  assert.deepEqual(await again(), { set: { done: true } });
+  assert.deepEqual(
+    await restarted.runCustomStep({
+      ...step,
+      attempt: 2,
+      signal: new AbortController().signal,
+      ctx: new HarnessContext(),
+    }),
+    { set: { done: true } },
+  );
   assert.equal(node.started.length, 2, "nothing ran a third time");
 });
 
 void test("a custom step whose stream broke is followed again by its retry, not started a second time", async () => {
   const node = new RecordingNode(() => "breaks then succeeds");
   const executor = executorOn(node);
-  const run = () =>
-    executor.runCustomStep({ ...step, signal: new AbortController().signal, ctx: new HarnessContext() });
-  await assert.rejects(run());
-  assert.deepEqual(await run(), { set: { done: true } });
+  const run = (attempt: number) =>
+    executor.runCustomStep({ ...step, attempt, signal: new AbortController().signal, ctx: new HarnessContext() });
+  await assert.rejects(run(1));
+  assert.deepEqual(await run(2), { set: { done: true } });
   assert.equal(node.started.length, 1, "the retry re-attached to the session that ran on");
+});
+
+void test("a restart during a retried custom step follows the retry's session, not the failure the manager already decided", async () => {
+  // Attempt 1 fails, the manager grants a retry (recorded), attempt 2's session succeeds, and the
+  // orchestrator dies before the step's record. The resumed run is at attempt 2: it must read
+  // attempt 2's session. Re-attaching attempt 1's failed one reported that failure again, asked the
+  // manager again and spent a retry, here the last one, failing a run whose step had succeeded.
+  const node = new RecordingNode((attempt) => (attempt === 1 ? "fails" : "succeeds"));
+  const definition: GraphDefinition = {
+    format: "oz0.graph/v1",
+    kind: "harness",
+    name: "steps",
+    id: "harness:steps",
+    root: [{ kind: "step", id: "step:check", step: "check", module: "steps/check.mjs" }],
+  };
+  const store = new InMemoryCheckpointStore();
+  let decisions = 0;
+  const manager: GraphManager = {
+    decide: async () => {
+      decisions++;
+      return { action: "retry" };
+    },
+  };
+  // The first process dies as it records the step: the record never lands.
+  let crashed!: () => void;
+  const crash = new Promise<void>((resolve) => (crashed = resolve));
+  const dying: CheckpointStore = {
+    createRun: (run) => store.createRun(run),
+    getRun: (runId) => store.getRun(runId),
+    listRuns: (filter) => store.listRuns(filter),
+    loadSteps: (runId) => store.loadSteps(runId),
+    finishRun: (runId, end) => store.finishRun(runId, end),
+    reopenRun: (runId) => store.reopenRun(runId),
+    recordStep: (runId: string, record: StepRecord) =>
+      record.outcome === "ok" ? (crashed(), new Promise<StepRecord>(() => undefined)) : store.recordStep(runId, record),
+  };
+  const first = new GraphRunner({ definition, executor: executorOn(node), store: dying, manager, maxRetries: 1 });
+  await first.start({ prompt: "p", runId: "graph_1" });
+  await crash;
+  assert.equal(decisions, 1);
+
+  const restarted = new GraphRunner({ definition, executor: executorOn(node), store, manager, maxRetries: 1 });
+  const result = await (await restarted.resume({ runId: "graph_1" })).result;
+  assert.equal(result.status, "succeeded", result.error?.message);
+  assert.equal(result.bag.done, true);
+  assert.equal(decisions, 1, "the manager decided attempt 1's failure once");
+  assert.equal(node.started.length, 2, "nothing ran a third time");
 });

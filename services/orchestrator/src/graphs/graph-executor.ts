@@ -290,6 +290,13 @@ export class SessionGraphExecutor implements GraphExecutor {
     // for as long as the node kept it. Counted here, as #failed is: after a restart the attempts
     // re-attach one by one, each failure reported once. Only a session that ended counts: one whose
     // stream broke may still run, and its retry follows it again rather than start a second copy.
+    // A step this executor has not seen yet (a resumed run) starts from the engine's attempt: the attempts
+    // before it failed and the manager decided them, so their sessions are not read again. Re-attaching
+    // the first one reported its failure anew, asked the manager again and spent a retry, failing a run
+    // whose step had succeeded once retries ran out. (A session whose stream broke before the restart
+    // is not followed then: its step may run twice, as at-least-once allows.)
+    if (!this.#customStepFailures.has(request.idempotencyKey))
+      this.#customStepFailures.set(request.idempotencyKey, Math.max(0, request.attempt - 1));
     const failures = this.#customStepFailures.get(request.idempotencyKey) ?? 0;
     const key = failures === 0 ? request.idempotencyKey : `${request.idempotencyKey}#retry${failures}`;
     const sessionId = `ses_step_${createHash("sha256").update(key).digest("hex").slice(0, 24)}`;
