@@ -25,6 +25,8 @@ interface GitOptions {
   workingDir: string;
   /** Longest any one git call may take before it is killed and the patch given up (default 5 minutes). */
   gitTimeoutMs?: number;
+  /** Kills the git call under way, and the patch is given up (the disk guard's: the copy is filling the disk). */
+  signal?: AbortSignal | undefined;
 }
 
 const DEFAULT_GIT_TIMEOUT_MS = 5 * 60_000;
@@ -75,6 +77,7 @@ function git(options: GitOptions, args: string[], maxBuffer: number, input?: str
         env: invocation.env,
         timeout: options.gitTimeoutMs ?? DEFAULT_GIT_TIMEOUT_MS,
         killSignal: "SIGKILL",
+        signal: options.signal,
       },
       (error, stdout, stderr) => {
         if (error === null) resolve(stdout);
@@ -105,6 +108,7 @@ function nestedRepositories(options: GitOptions): Promise<string[]> {
       stdio: ["ignore", "pipe", "pipe"],
       timeout: options.gitTimeoutMs ?? DEFAULT_GIT_TIMEOUT_MS,
       killSignal: "SIGKILL",
+      signal: options.signal,
     });
     const found: string[] = [];
     let partial = "";

@@ -118,6 +118,13 @@ export type SessionIsolation =
 export const ARTIFACTS_WITHHELD =
   "withheld: the harness broke the protocol in what it said (the session's error says how) while each of its tool calls was to be asked about, so what it changed cannot be vouched for and is not collected";
 
+/** In place of the artifacts of a session whose collection was stopped: git's copy of its working directory was filling the disk. */
+export const ARTIFACTS_FILLED_DISK =
+  "artifacts were not collected: the node's disk went below its floor (OZ0_SANDBOX_MIN_FREE_BYTES, _FILES) while they were, and collecting them copies the working directory";
+
+/** How often collecting artifacts looks at what the disk guard last found (a boolean it keeps: no reading of its own). */
+const DISK_WATCH_DURING_COLLECTION_MS = 50;
+
 const ISOLATION_MODES: Record<IsolationName, IsolationMode> = {
   bwrap: IsolationMode.BWRAP,
   user: IsolationMode.USER,
@@ -746,6 +753,14 @@ export class SandboxSession {
       });
       return;
     }
+    // The copy is the sandbox's own writing, after the harness ended, which no guard stops: a session that stopped
+    // writing just above the floor doubled what it held as it ended, past the floor or the root's limit (a Kubernetes
+    // emptyDir's, past which the kubelet evicts the pod and every session with it; attacker review). So git is killed
+    // once the guard finds the disk below a floor meanwhile, and the copy goes with the session's folders.
+    const fillingDisk = new AbortController();
+    const watch = setInterval(() => {
+      if (this.#options.diskBelowFloor?.() === true) fillingDisk.abort();
+    }, DISK_WATCH_DURING_COLLECTION_MS);
     try {
       const artifacts = await collectArtifacts({
         gitDir: paths.gitDir,
@@ -753,17 +768,28 @@ export class SandboxSession {
         artifactPaths: this.#options.start.artifactPaths,
         maxBytes: this.#options.maxArtifactBytes,
         baseline: this.#baseline,
+        signal: fillingDisk.signal,
       });
+      if (fillingDisk.signal.aborted) {
+        this.log.append({ case: "artifacts", value: { error: ARTIFACTS_FILLED_DISK } });
+        return;
+      }
       this.log.append({ case: "artifacts", value: artifacts });
       this.#artifactBytes =
         Buffer.byteLength(artifacts.patch ?? "") +
         (artifacts.files ?? []).reduce((sum, file) => sum + (file.content?.byteLength ?? 0), 0);
     } catch (collectError) {
+      if (fillingDisk.signal.aborted) {
+        this.log.append({ case: "artifacts", value: { error: ARTIFACTS_FILLED_DISK } });
+        return;
+      }
       this.#options.logger.warn({ err: collectError, sessionId: this.id }, "collecting artifacts failed");
       this.log.append({
         case: "artifacts",
         value: { error: `collecting artifacts failed: ${(collectError as Error).message}` },
       });
+    } finally {
+      clearInterval(watch);
     }
   }
 

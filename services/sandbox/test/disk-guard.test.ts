@@ -127,6 +127,40 @@ void it("stops the session filling the sandbox's disk limit, and the others run 
   }
 });
 
+// Collecting a session's artifacts copies its working directory into a git repository beside it (artifact-collector.ts),
+// on the same disk, after its harness ended: a session that stopped writing above the floor doubled what it held as it
+// ended, out of the guard's sight, past the floor or a Kubernetes emptyDir's sizeLimit (the kubelet then evicts the pod
+// and every session with it; attacker review). Incompressible bytes: git's copy is as large as they are.
+void it(
+  "stops collecting a session's artifacts once the copy takes the disk below its floor",
+  { timeout: 60_000 },
+  async () => {
+    const t = await startTestSandbox({
+      isolation: "bwrap",
+      diskLimitBytes: 256 * MIB,
+      minFreeDiskBytes: 64 * MIB,
+      diskCheckMs: 50,
+    });
+    try {
+      const filler = await runToEnd(t.client, scenarioStart({ mode: "fill", mib: 150, random: true, end: true }));
+      const exited = filler.exited();
+      assert.equal(exited.status, SessionStatus.COMPLETED, exited.errorMessage);
+      assert.ok(filler.texts().includes("filled"), "it wrote all it meant to, above the floor");
+      const artifacts = filler.received.find((m) => m.message.case === "artifacts")?.message;
+      assert.equal(artifacts?.case, "artifacts");
+      assert.match(
+        artifacts.value.error,
+        /^artifacts were not collected: the node's disk went below its floor \(OZ0_SANDBOX_MIN_FREE_BYTES, _FILES\) while they were, and collecting them copies the working directory$/,
+      );
+      // The copy went with the session: room again, under the limit, for the next one.
+      const next = await runToEnd(t.client, scenarioStart({ mode: "complete" }));
+      assert.equal(next.exited().status, SessionStatus.COMPLETED, next.exited().errorMessage);
+    } finally {
+      await t.close();
+    }
+  },
+);
+
 void it("refuses every session while the root holds more than its limit leaves above the floor", async () => {
   const { mkdtempSync, writeFileSync, rmSync } = await import("node:fs");
   const { SessionDiskGuard } = await import("../src/session-disk-guard.js");
