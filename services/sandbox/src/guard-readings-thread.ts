@@ -5,7 +5,7 @@ import type { GuardReadingReply, GuardReadingTask } from "./guard-readings.js";
 import { heldDeletedFiles } from "./held-deleted-files.js";
 import { sessionsOverMemory } from "./session-memory-guard.js";
 import { entriesByUid } from "./shared-place-entries.js";
-import { sessionsOverOpenFiles } from "./session-open-files-guard.js";
+import { sessionsOverOpenFiles, sessionsOverPtys } from "./session-open-files-guard.js";
 
 function run(task: GuardReadingTask): unknown {
   switch (task.kind) {
@@ -13,6 +13,8 @@ function run(task: GuardReadingTask): unknown {
       return sessionsOverMemory(task.input);
     case "sessionsOverOpenFiles":
       return sessionsOverOpenFiles(task.input);
+    case "sessionsOverPtys":
+      return sessionsOverPtys(task.input);
     case "entriesByUid":
       return entriesByUid(task.input);
     case "heldDeletedFiles":

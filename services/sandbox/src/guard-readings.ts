@@ -34,6 +34,10 @@ export type GuardReadingTask =
       readonly input: { sessions: ReadonlyMap<string, ProcessFinder>; max: number };
     }
   | {
+      readonly kind: "sessionsOverPtys";
+      readonly input: { sessions: ReadonlyMap<string, ProcessFinder>; max: number };
+    }
+  | {
       readonly kind: "entriesByUid";
       readonly input: { place: string; uids: readonly number[]; budget: number };
     }
@@ -87,6 +91,13 @@ export class GuardReadings {
     input: Extract<GuardReadingTask, { kind: "sessionsOverOpenFiles" }>["input"],
   ): Promise<OpenFilesOverLimit[]> {
     return this.#ask({ kind: "sessionsOverOpenFiles", input }) as Promise<OpenFilesOverLimit[]>;
+  }
+
+  /** The sessions whose processes hold more than `max` pty masters now (session-open-files-guard.ts). */
+  sessionsOverPtys(
+    input: Extract<GuardReadingTask, { kind: "sessionsOverPtys" }>["input"],
+  ): Promise<{ sessionId: string; ptys: number }[]> {
+    return this.#ask({ kind: "sessionsOverPtys", input }) as Promise<{ sessionId: string; ptys: number }[]>;
   }
 
   /** How many entries each uid owns in a shared tmpfs place (shared-place-entries.ts, entriesByUid). */

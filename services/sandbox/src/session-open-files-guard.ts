@@ -19,7 +19,7 @@
 // processes' descriptors listed (/proc/<pid>/fd; a process closed to the
 // sandbox counts its slots). A descriptor is counted whether or not another
 // shares its open file (dup).
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 import type { Logger } from "@oz0/serving";
 import type { GuardReadings } from "./guard-readings.js";
 import { PeriodicCheck } from "./periodic-check.js";
@@ -48,6 +48,32 @@ export function defaultMaxOpenFiles(maxSessions: number): number {
   return Math.max(1024, Math.min(MAX_DEFAULT_OPEN_FILES, Math.floor(fileMax / (2 * maxSessions))));
 }
 
+/**
+ * Pseudo-terminals, which every devpts but the node's first (the host's) draws from one count: kernel.pty.max less
+ * kernel.pty.reserve (4,096 less 1,024 by default). bwrap gives each session a devpts of its own, a session opened
+ * all 3,071 of them in a second with 3,071 descriptors, far below its open files limit, and then no other session,
+ * and no container of the node (each has a devpts of its own too), could open one (attacker review). So once the
+ * node has used half of them, the sessions' pty masters are counted, and a session holding more than its share,
+ * half of them over `maxSessions` (at least 16), is stopped. Undefined where the kernel does not say.
+ */
+export function ptyShare(maxSessions: number): PtyShare | undefined {
+  try {
+    const read = (name: string): number => Number(readFileSync(`/proc/sys/kernel/pty/${name}`, "utf8").trim());
+    const shared = read("max") - read("reserve");
+    if (!(shared > 0)) return undefined;
+    return { lookAbove: Math.floor(shared / 2), perSession: Math.max(16, Math.floor(shared / (2 * maxSessions))) };
+  } catch {
+    return undefined; // not Linux's /proc
+  }
+}
+
+export interface PtyShare {
+  /** Above this many ptys open on the node (kernel.pty.nr), the sessions' are counted. */
+  lookAbove: number;
+  /** The most a session may hold then. */
+  perSession: number;
+}
+
 /** A session as the guard sees it. */
 export interface OpenFilesGuardedSession {
   readonly id: string;
@@ -63,6 +89,10 @@ export interface SessionOpenFilesGuardOptions {
   maxOpenFiles: number;
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
+  /** The sessions' share of the node's ptys ({@link ptyShare}); undefined: not counted. */
+  ptys?: PtyShare | undefined;
+  /** How many ptys the node has open now (kernel.pty.nr); a test's stand-in. */
+  ptysOpen?: () => number;
   sessions: () => Iterable<OpenFilesGuardedSession>;
   /** Where /proc is read, off the event loop. */
   readings: GuardReadings;
@@ -115,6 +145,28 @@ export class SessionOpenFilesGuard {
         this.#options.logger.error({ err: error, sessionId }, "could not stop a session over its open files");
       }
     }
+    const { ptys } = this.#options;
+    if (ptys === undefined) return;
+    const open = (this.#options.ptysOpen ?? nodePtysOpen)();
+    if (open <= ptys.lookAbove) return;
+    for (const { sessionId, ptys: held } of await this.#options.readings.sessionsOverPtys({
+      sessions: finders,
+      max: ptys.perSession,
+    })) {
+      const session = running.get(sessionId)!;
+      if (!session.running) continue;
+      this.#options.logger.warn(
+        { sessionId, ptys: held, maxPtys: ptys.perSession, nodePtys: open },
+        "session stopped: it held more pseudo-terminals than a session may while the node's run short",
+      );
+      try {
+        session.stopForOpenFiles(
+          `the session's processes held ${held} pseudo-terminals (/dev/ptmx), above a session's share of ${ptys.perSession} while the node had ${open} of its ${ptys.lookAbove * 2} open (kernel.pty.max less kernel.pty.reserve, shared by every session and container of the node); the session was stopped`,
+        );
+      } catch (error) {
+        this.#options.logger.error({ err: error, sessionId }, "could not stop a session over its ptys");
+      }
+    }
   }
 
   close(): void {
@@ -138,6 +190,56 @@ export function sessionsOverOpenFiles(options: {
       if (descriptors > options.max) break;
     }
     if (descriptors > options.max) over.push({ sessionId, descriptors });
+  }
+  return over;
+}
+
+/** kernel.pty.nr: the ptys open on the node, in every devpts; 0 where it cannot be read. */
+function nodePtysOpen(): number {
+  try {
+    return Number(readFileSync("/proc/sys/kernel/pty/nr", "utf8").trim()) || 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** /dev/ptmx's device number (5, 2): a pty master's descriptor is that device, in whichever devpts it was opened. */
+const PTMX_DEVICE = (5 << 8) | 2;
+
+/**
+ * The sessions whose processes hold more than `max` pty masters now, each counted once (its `tty-index`, a
+ * session's devpts being its own: a master passed between processes or duplicated is one pty); on the guards' thread.
+ */
+export function sessionsOverPtys(options: {
+  sessions: ReadonlyMap<string, ProcessFinder>;
+  max: number;
+}): { sessionId: string; ptys: number }[] {
+  const over: { sessionId: string; ptys: number }[] = [];
+  for (const [sessionId, processes] of processesOfSessions(options.sessions)) {
+    const held = new Set<string>();
+    for (const process of processes) {
+      let fds: string[];
+      try {
+        fds = readdirSync(`${process.dir}/fd`);
+      } catch {
+        continue; // gone, or closed to the sandbox
+      }
+      for (const fd of fds) {
+        const info = statSync(`${process.dir}/fd/${fd}`, { throwIfNoEntry: false });
+        if (info === undefined || !info.isCharacterDevice() || info.rdev !== PTMX_DEVICE) continue;
+        let index: string;
+        try {
+          index =
+            /^tty-index:\s*(\d+)/m.exec(readFileSync(`${process.dir}/fdinfo/${fd}`, "utf8"))?.[1] ??
+            `${process.pid}/${fd}`;
+        } catch {
+          continue; // closed meanwhile
+        }
+        held.add(index);
+      }
+      if (held.size > options.max) break;
+    }
+    if (held.size > options.max) over.push({ sessionId, ptys: held.size });
   }
   return over;
 }

@@ -37,7 +37,7 @@ import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
 import { SharedTmpfsGuard } from "./shared-tmpfs-guard.js";
-import { SessionOpenFilesGuard } from "./session-open-files-guard.js";
+import { ptyShare, SessionOpenFilesGuard } from "./session-open-files-guard.js";
 
 export interface SessionRegistryOptions {
   root: string;
@@ -190,6 +190,7 @@ export class SessionRegistry {
       this.#openFilesGuard = new SessionOpenFilesGuard({
         readings: this.#guardReadings,
         maxOpenFiles: options.maxSessionOpenFiles!,
+        ptys: ptyShare(options.maxSessions),
         ...(options.openFilesCheckMs !== undefined ? { intervalMs: options.openFilesCheckMs } : {}),
         sessions: () => this.#sessions.values(),
         logger: options.logger,

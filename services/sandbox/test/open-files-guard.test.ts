@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { it } from "node:test";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { ptyShare } from "../src/session-open-files-guard.js";
 import { isText, runToEnd, scenarioStart, SessionStream, startTestSandbox } from "./sandbox-test-kit.js";
 
 // The user mode needs root; elsewhere the sessions run as the sandbox's user in both others.
@@ -86,3 +87,34 @@ for (const isolation of MODES)
       }
     },
   );
+
+// Every devpts but the host's draws from one count of the node's (kernel.pty.max less kernel.pty.reserve): a session
+// under bubblewrap took them all with a few thousand descriptors, far below its open files limit, and no other
+// session, nor any container of the node, could open a pseudo-terminal until it ended (attacker review).
+const share = ptyShare(2);
+void it(
+  "stops a session holding more than its share of the node's pseudo-terminals, and the next gets one",
+  { timeout: 60_000, skip: share === undefined ? "the kernel does not say how many ptys it has" : false },
+  async () => {
+    const { lookAbove, perSession } = share!;
+    const t = await startTestSandbox({ isolation: "bwrap", maxSessions: 2, openFilesCheckMs: 50 });
+    try {
+      const count = lookAbove + Math.floor(perSession / 2);
+      const hoarder = await runToEnd(t.client, scenarioStart({ mode: "ptys", count }));
+      assert.deepEqual(hoarder.texts(), [`ptys ${count}`]);
+      const exited = hoarder.exited();
+      assert.equal(exited.status, SessionStatus.FAILED);
+      assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
+      assert.match(
+        exited.errorMessage,
+        new RegExp(
+          `^the session's processes held \\d+ pseudo-terminals \\(/dev/ptmx\\), above a session's share of ${perSession} while the node had \\d+ of its ${lookAbove * 2} open \\(kernel\\.pty\\.max less kernel\\.pty\\.reserve, shared by every session and container of the node\\); the session was stopped$`,
+        ),
+      );
+      const next = await runToEnd(t.client, scenarioStart({ mode: "ptys", count: 1, hold: false }));
+      assert.deepEqual(next.texts(), ["ptys 1"]);
+    } finally {
+      await t.close();
+    }
+  },
+);
