@@ -8,7 +8,7 @@
 // Basic authentication, so the install is known to have needed them.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import os from "node:os";
@@ -44,9 +44,12 @@ async function servedPlugin(name: string): Promise<void> {
 }
 
 /** git's smart HTTP backend (a CGI) for the repositories under `scratch/served`, answering USER:TOKEN only. */
-async function privateGitServer(): Promise<{ url: string; close: () => Promise<void> }> {
+async function privateGitServer(
+  options: { onRequest?: () => void } = {},
+): Promise<{ url: string; close: () => Promise<void> }> {
   const expected = `Basic ${Buffer.from(`${USER}:${TOKEN}`).toString("base64")}`;
   const server = http.createServer((req, res) => {
+    options.onRequest?.();
     if (req.headers.authorization !== expected) {
       res.writeHead(401, { "www-authenticate": 'Basic realm="plugins"' }).end();
       req.resume();
@@ -134,4 +137,36 @@ void test("a clone that fails says so without the URL's credential", async (t) =
   );
   assert.match(error.message, new RegExp(`git clone http://${git.url.replace(/\./g, "\\.")}/missing\\.git failed`));
   assert.ok(!error.message.includes(TOKEN), error.message);
+});
+
+/** The command lines of every process of the host that holds `secret` (every local user may read them). */
+function commandLinesHolding(secret: string): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const line = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (line.includes(secret)) found.push(line);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
+
+// The clone ran `git clone http://user:token@host/…`, and git passes the URL on to git-remote-http: while the clone
+// ran, every local user, and every session of a `user`- or `none`-mode sandbox on the host, read the admin's git
+// credential in /proc/<pid>/cmdline (attacker review). The credential now reaches git in its environment, which only
+// its own user may read.
+void test("a clone's git processes hold the URL's credential in no command line", async (t) => {
+  await servedPlugin("argv-plugin");
+  const seen: string[] = [];
+  const git = await privateGitServer({ onRequest: () => seen.push(...commandLinesHolding(TOKEN)) });
+  t.after(git.close);
+  const registry = new PluginRegistry({
+    store: new SqliteJobStore({ file: ":memory:" }),
+    home: path.join(scratch, "home-3"),
+  });
+  const installed = await registry.install({ source: `http://${USER}:${TOKEN}@${git.url}/argv-plugin.git` });
+  assert.equal(installed.plugin.name, "argv-plugin");
+  assert.deepEqual(seen, []);
 });

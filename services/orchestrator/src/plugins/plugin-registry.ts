@@ -65,6 +65,42 @@ export function sourceWithoutCredentials(source: string): string {
 }
 
 /**
+ * An HTTP(S) URL's user and password taken out of what git is run with, and handed to it as a credential helper
+ * that reads them from git's environment. On git's command line (and git-remote-http's, to which git passes the
+ * URL) they were in /proc/<pid>/cmdline while the clone ran, every local user's to read, and every session's of a
+ * `user`- or `none`-mode sandbox on the host (attacker review); a process's environment is its own user's alone.
+ * The helper list is emptied first, so the URL's credential is the one used, as it was, and no helper of the
+ * orchestrator's user stores it. A user without a password (a token given as the user) is sent with an empty one.
+ */
+export function credentialsOutOfCommandLine(source: string): { url: string; env: Record<string, string> } {
+  const match = /^(https?:\/\/)([^/?#]*)@/i.exec(source);
+  if (!match) return { url: source, env: {} };
+  const userinfo = match[2]!;
+  const colon = userinfo.indexOf(":");
+  const decode = (text: string): string => {
+    try {
+      return decodeURIComponent(text);
+    } catch {
+      return text;
+    }
+  };
+  const first = Number(process.env.GIT_CONFIG_COUNT) || 0;
+  return {
+    url: sourceWithoutCredentials(source),
+    env: {
+      OZ0_GIT_USERNAME: decode(colon === -1 ? userinfo : userinfo.slice(0, colon)),
+      OZ0_GIT_PASSWORD: decode(colon === -1 ? "" : userinfo.slice(colon + 1)),
+      GIT_CONFIG_COUNT: String(first + 2),
+      [`GIT_CONFIG_KEY_${first}`]: "credential.helper",
+      [`GIT_CONFIG_VALUE_${first}`]: "",
+      [`GIT_CONFIG_KEY_${first + 1}`]: "credential.helper",
+      [`GIT_CONFIG_VALUE_${first + 1}`]:
+        '!f() { test "$1" = get || return 0; printf \'username=%s\\npassword=%s\\n\' "$OZ0_GIT_USERNAME" "$OZ0_GIT_PASSWORD"; }; f',
+    },
+  };
+}
+
+/**
  * Refuses a plugin with a symbolic link that leads outside its folder: an absolute target, or a relative one
  * that climbs out. The orchestrator reads a plugin's instructions, graphs and modules in its own process, and a
  * path check on the link's own name passes while the read follows the link: a plugin could make its
@@ -363,9 +399,10 @@ export class PluginRegistry {
       );
     }
     try {
-      await run("git", ["clone", "--quiet", "--depth", "1", source, into], {
+      const { url, env } = credentialsOutOfCommandLine(source);
+      await run("git", ["clone", "--quiet", "--depth", "1", url, into], {
         timeout: 120_000,
-        env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+        env: { ...process.env, ...env, GIT_TERMINAL_PROMPT: "0" },
       });
     } catch (error) {
       const stderr = (error as { stderr?: string }).stderr?.trim().split("\n").pop() ?? "";
