@@ -23,6 +23,7 @@ import {
 import {
   isServiceProcess,
   portTaken,
+  prepareHome,
   stackIdentityEnv,
   stackServiceEnv,
   startServiceProcess,
@@ -203,6 +204,7 @@ export async function startDevStack(options: DevStackOptions): Promise<DevStack>
   const home = path.resolve(options.home);
   const logs = path.join(home, "logs");
   const delays = options.restartDelayMs ?? { first: 500, max: 30_000 };
+  prepareHome(home);
   const ownerToken = ensureOwnerCredential(home);
   const ports = recordedPorts(home, options.orchestratorPort);
   const rangeStart = ephemeralRangeStart();

@@ -456,14 +456,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   // accepts only the callers that need it (serviceIdentityEnv); people are the
   // owner, whose credential lives in the data directory.
   const credentials = generateStackCredentials();
-  // The home is passable but not listable by other users: sessions running as
-  // a uid of their own reach their working directory under <home>/sandbox;
-  // everything else in it is its owner's alone (stores, keys and credentials
-  // are made 0700/0600).
-  mkdirSync(home, { recursive: true });
-  chmodSync(home, 0o711);
-  mkdirSync(logs, { recursive: true, mode: 0o700 });
-  chmodSync(logs, 0o700);
+  prepareHome(home);
   const ownerToken = ensureOwnerCredential(home);
   const identityEnv = (name: StackServiceName): Record<string, string> =>
     stackIdentityEnv({ credentials, ownerToken, name });
@@ -498,6 +491,20 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
   }
   const isolation = started.find((p) => p.name === "sandbox")?.isolation;
   return { urls, credentials, ownerToken, identityEnv, processes: started, isolation, close };
+}
+
+/**
+ * Makes a stack's data directory, or narrows the one there. The home is passable but not listable by other users:
+ * sessions running as a uid of their own reach their working directory under <home>/sandbox; everything else in it
+ * is its owner's alone (stores, keys and credentials are made 0700/0600, the logs folder 0700). Both stacks, the
+ * embedded one and `oz0 dev`'s, whose home its lock made first with the umask's mode.
+ */
+export function prepareHome(home: string): void {
+  mkdirSync(home, { recursive: true });
+  chmodSync(home, 0o711);
+  const logs = path.join(home, "logs");
+  mkdirSync(logs, { recursive: true, mode: 0o700 });
+  chmodSync(logs, 0o700);
 }
 
 /** The identity variables of one service of a stack: its own credential, its peers' digests and, where people call, the owner's digest. */
