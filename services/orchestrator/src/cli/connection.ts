@@ -11,7 +11,7 @@ import { bearerInterceptor } from "@oz0/serving";
 import { AgentService, JobService, PluginService, SecretService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
 import { isolationNotice, readDiscovery, startEmbeddedStack, type EmbeddedStack } from "../dev/embedded-stack.js";
-import { readLogin, readOwnerCredential } from "../dev/local-credentials.js";
+import { assertOwnHome, readLogin, readOwnerCredential } from "../dev/local-credentials.js";
 import { CliError } from "./cli-error.js";
 import {
   applyEnvironmentKeys,
@@ -98,6 +98,9 @@ export async function connect(options: {
 }): Promise<Connection> {
   const fromEnv = process.env.OZ0_URL?.trim();
   const token = process.env.OZ0_TOKEN?.trim() || undefined;
+  // Before its login, its dev.json or its owner credential is read: another user's would say where this command
+  // sends its credential and what it is asked to pass on.
+  assertOwnHome(options.home);
   const login = readLogin(options.home);
   const local = (): string | undefined => token ?? readOwnerCredential(options.home);
   // A running stack keeps the model it was started with; OZ0_MODEL_SCRIPT is for stacks started here, so it alone is

@@ -7,6 +7,7 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import lockfile from "proper-lockfile";
+import { assertOwnHome } from "./local-credentials.js";
 import { processAlive } from "./process-liveness.js";
 
 export class DevLockHeldError extends Error {
@@ -22,6 +23,8 @@ export interface DevLock {
 
 /** Takes the data directory's dev lock, or throws DevLockHeldError naming the process that holds it. */
 export async function takeDevLock(home: string, onWait?: (line: string) => void): Promise<DevLock> {
+  // Before anything is written there: dev.pid is written through whatever is at its name.
+  assertOwnHome(home);
   mkdirSync(home, { recursive: true });
   const target = path.join(home, "dev");
   const holderFile = path.join(home, "dev.pid");

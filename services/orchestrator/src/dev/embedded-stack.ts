@@ -29,7 +29,7 @@ import {
   serviceIdentityEnv,
   type StackCredentials,
 } from "@oz0/serving";
-import { ensureOwnerCredential } from "./local-credentials.js";
+import { assertOwnHome, ensureOwnerCredential } from "./local-credentials.js";
 import { STEP_RUNNER_PACKAGES, STEP_RUNNER_SCRIPT } from "../graphs/step-runner-script.js";
 import { processAlive } from "./process-liveness.js";
 import { replaceFile } from "../replace-file.js";
@@ -500,6 +500,7 @@ export async function startEmbeddedStack(options: EmbeddedStackOptions): Promise
  * embedded one and `oz0 dev`'s, whose home its lock made first with the umask's mode.
  */
 export function prepareHome(home: string): void {
+  assertOwnHome(home);
   mkdirSync(home, { recursive: true });
   chmodSync(home, 0o711);
   const logs = path.join(home, "logs");

@@ -5,15 +5,42 @@
 // - a login (credentials/login.json): `oz0 login` for a remote orchestrator.
 // The folder is 0700 and each file 0600: a session running as another user
 // (or under bubblewrap, where the folder is not visible) cannot read them.
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { newCredential } from "@oz0/serving";
+
+/**
+ * Refuses a data directory (or a link to one) that another user owns, or that every user may write: whoever may
+ * write there could have put files oz0 trusts (credentials/owner, which the stack then accepts as its owner;
+ * dev.json or login.json, where commands send their credential and a secret's value) or links that oz0, as its
+ * user, writes through (dev.pid led to a file of root's, which `oz0 dev` run as root overwrote). A name in /tmp
+ * (OZ0_HOME=/tmp/oz0) is anybody's to make first, a `user`-mode session's too (attacker review). A home that is not
+ * there yet is made by the stack, its own.
+ */
+export function assertOwnHome(home: string): void {
+  const own = process.geteuid?.();
+  if (own === undefined) return;
+  const entry = lstatSync(home, { throwIfNoEntry: false });
+  if (!entry) return;
+  const target = entry.isSymbolicLink() ? statSync(home, { throwIfNoEntry: false }) : entry;
+  const stranger = [entry, target].find((stat) => stat !== undefined && stat.uid !== own && stat.uid !== 0);
+  const problem = stranger
+    ? `belongs to uid ${stranger.uid}, neither this user's (${own}) nor root's`
+    : target && (target.mode & 0o002) !== 0
+      ? "may be written by every user"
+      : undefined;
+  if (problem === undefined) return;
+  throw new Error(
+    `the data directory ${home} (OZ0_HOME) ${problem}, so whoever may write there could have put files oz0 would trust (a credential, a stack's address) or links it would write through; use a data directory of your own: unset OZ0_HOME (~/.oz0), or OZ0_HOME=$(mktemp -d)`,
+  );
+}
 
 export function credentialsDir(home: string): string {
   return path.join(home, "credentials");
 }
 
 export function ensureCredentialsDir(home: string): string {
+  assertOwnHome(home);
   const dir = credentialsDir(home);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   // A folder made before (or by a wider umask) is narrowed too.
