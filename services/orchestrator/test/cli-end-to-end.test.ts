@@ -4,7 +4,8 @@
 // approval, publish a changed agent and see the old job stay pinned.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
@@ -154,6 +155,22 @@ void test("oz0 run streams text and tool calls, the test passes, and the patch i
   assert.match(patch, /\+\s+const month = String\(date\.getUTCMonth\(\) \+ 1\)/);
   const artifacts = await t.cli(["jobs", "artifacts", where[1]!]);
   assert.match(artifacts.stdout, /changes\.patch/);
+  // Copied out, never through a link at an artifact's name, nor into a folder that is a link (local stack review).
+  const out = mkdtempSync(path.join(os.tmpdir(), "oz0-artifacts-out-"));
+  const victim = path.join(out, "victim");
+  writeFileSync(victim, "kept\n");
+  symlinkSync(victim, path.join(out, "changes.patch"));
+  const through = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
+  assert.equal(through.code, 2, through.stdout);
+  assert.match(through.stderr, /changes\.patch is a link; artifacts are never written through one/);
+  assert.equal(readFileSync(victim, "utf8"), "kept\n");
+  symlinkSync(out, `${out}-link`);
+  const linked = await t.cli(["jobs", "artifacts", where[1]!, "--out", `${out}-link`]);
+  assert.match(linked.stderr, /-link is a link; give a folder of your own/);
+  rmSync(path.join(out, "changes.patch"));
+  const copied = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
+  assert.equal(copied.code, 0, copied.stderr);
+  assert.equal(readFileSync(path.join(out, "changes.patch"), "utf8"), patch);
   // The proxy metered the job's four model calls under its agent.
   const usage = await t.cli(["usage", where[1]!, "--json"]);
   assert.equal(usage.code, 0, usage.stderr);

@@ -1,5 +1,5 @@
 // The `oz0` commands, each a client of the orchestrator's API.
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { closeSync, constants, existsSync, lstatSync, mkdirSync, openSync, writeSync } from "node:fs";
 import path from "node:path";
 import { toJson, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -320,12 +320,15 @@ export async function jobsArtifacts(options: {
     options.io.out.write(`job ${options.jobId} has no artifacts\n`);
     return EXIT.ok;
   }
-  if (options.out) mkdirSync(options.out, { recursive: true });
+  if (options.out) {
+    mkdirSync(options.out, { recursive: true });
+    assertOwnOutFolder(options.out);
+  }
   artifacts.forEach((a, i) => {
     let where = a.path;
     if (options.out) {
       where = path.join(options.out, a.name);
-      writeFileSync(where, contents[i] ?? new Uint8Array());
+      writeArtifact(where, contents[i] ?? new Uint8Array());
     }
     options.io.out.write(
       options.json
@@ -335,6 +338,50 @@ export async function jobsArtifacts(options: {
     );
   });
   return EXIT.ok;
+}
+
+/**
+ * Refuses an `--out` folder that is a link, or that another user owns or every user may write: the artifacts' names
+ * are the session's, and a folder in /tmp is anybody's to make first, with links at those names that would lead the
+ * operator's writes (root's, often) into files of the node (local stack review).
+ */
+function assertOwnOutFolder(dir: string): void {
+  const entry = lstatSync(dir);
+  const own = process.geteuid?.();
+  const problem = entry.isSymbolicLink()
+    ? "is a link"
+    : !entry.isDirectory()
+      ? "is not a folder"
+      : own !== undefined && entry.uid !== own && entry.uid !== 0
+        ? `belongs to uid ${entry.uid}, neither yours (${own}) nor root's`
+        : (entry.mode & 0o002) !== 0
+          ? "may be written by every user"
+          : undefined;
+  if (problem !== undefined)
+    throw new CliError(
+      `--out ${dir} ${problem}; give a folder of your own, for example --out "$(mktemp -d)"`,
+      EXIT.usage,
+    );
+}
+
+/** Writes one artifact, never through a link at its name (O_NOFOLLOW), replacing a file of that name. */
+function writeArtifact(where: string, bytes: Uint8Array): void {
+  let fd: number;
+  try {
+    fd = openSync(where, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o644);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ELOOP")
+      throw new CliError(
+        `${where} is a link; artifacts are never written through one: remove it, or give another --out`,
+        EXIT.usage,
+      );
+    throw error;
+  }
+  try {
+    for (let at = 0; at < bytes.byteLength;) at += writeSync(fd, bytes, at);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export async function agentsList(options: { conn: Connection; json: boolean; io: Output }): Promise<number> {
