@@ -529,6 +529,10 @@ export async function prepareRoot(root: string): Promise<string> {
   return realpath(root);
 }
 
+/** The refusals' advice where the root is not the operator's to set: `oz0 dev` and `npm start` put it in their home. */
+const LOCAL_STACK_ROOT =
+  " (under oz0 dev or npm start, whose sandbox root is $OZ0_HOME/sandbox: set OZ0_HOME to a folder of yours)";
+
 /**
  * Refuses a folder of the root that a user other than the sandbox's own and root owns where another user could have
  * put it (in a folder every user may write, or one of theirs), or (`link` false) a link. The default root,
@@ -565,7 +569,7 @@ function assertOwnFolder(dir: string, root: string, options: { link: boolean }):
   if (problem === undefined) return;
   throw new SandboxError(
     "failed_precondition",
-    `the sandbox root ${root} is unsafe: ${dir} ${problem}, so another user could lead what the sandbox makes and removes there to a node folder; remove it, or set OZ0_SANDBOX_ROOT to a folder of this user's or root's (such as /var/lib/oz0-sandbox)`,
+    `the sandbox root ${root} is unsafe: ${dir} ${problem}, so another user could lead what the sandbox makes and removes there to a node folder; remove it, or set OZ0_SANDBOX_ROOT to a folder of this user's or root's (such as /var/lib/oz0-sandbox)${LOCAL_STACK_ROOT}`,
   );
 }
 
@@ -585,7 +589,7 @@ function assertSafeWay(root: string): void {
   const refuse = (problem: string): SandboxError =>
     new SandboxError(
       "failed_precondition",
-      `the sandbox root ${root} is unsafe: ${problem}, so that user could swap the root, or a folder on its way, for a link to a node folder the sandbox would make and empty; set OZ0_SANDBOX_ROOT to a folder reached only through folders of this user's or root's (such as /var/lib/oz0-sandbox)`,
+      `the sandbox root ${root} is unsafe: ${problem}, so that user could swap the root, or a folder on its way, for a link to a node folder the sandbox would make and empty; set OZ0_SANDBOX_ROOT to a folder reached only through folders of this user's or root's (such as /var/lib/oz0-sandbox)${LOCAL_STACK_ROOT}`,
     );
   /** The real path of `target` (absolute), each folder a name is looked up in checked. */
   const resolve = (target: string): string => {
