@@ -10,6 +10,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { parse } from "yaml";
 import { validateDocument } from "../src/plugins/yaml-validation.js";
+import { SHIPPED_HARNESSES } from "../src/plugins/plugin-registry.js";
 import { cliMain, eventually, packageDir, repoRoot } from "./support/test-stack.js";
 
 const PATH = `${path.join(repoRoot, "node_modules", ".bin")}${path.delimiter}${process.env.PATH ?? ""}`;
@@ -62,7 +63,13 @@ void test("oz0 dev runs the stack in the foreground and the other commands find 
     assert.equal((await fetch(`${url}/`)).status, 200);
     const oz0 = (...args: string[]) =>
       spawnSync(process.execPath, [cliMain, ...args], { cwd: repoRoot, env, encoding: "utf8" });
-    // The example plugin's claude-fixer needs the harness-claude plugin installed first.
+    // The example plugin's claude-fixer needs the harness-claude plugin installed first, which a refusal names.
+    const early = oz0("plugin", "install", "examples/plugins/example");
+    assert.equal(early.status, 1);
+    assert.match(
+      early.stderr,
+      /no installed plugin declares harness "claude-agent-sdk".*oz0 plugin install plugins\/harness-claude/,
+    );
     assert.equal(oz0("plugin", "install", "plugins/harness-claude").status, 0);
     assert.equal(oz0("plugin", "install", "examples/plugins/example").status, 0);
     const detached = oz0("run", "fixer", "Say hello", "--detach");
@@ -173,5 +180,17 @@ void test("the root README's CLI blocks run as written, offline, and the job's p
   } finally {
     rmSync(home, { recursive: true, force: true });
     rmSync(scratch, { recursive: true, force: true });
+  }
+});
+
+void test("the harness plugins a refusal names are the ones the repository ships", () => {
+  for (const [harness, dir] of Object.entries(SHIPPED_HARNESSES)) {
+    const manifest = parse(readFileSync(path.join(repoRoot, dir, "oz0-plugin.yaml"), "utf8")) as {
+      harnesses?: { name: string }[];
+    };
+    assert.ok(
+      manifest.harnesses?.some((h) => h.name === harness),
+      `${dir} declares ${harness}`,
+    );
   }
 });

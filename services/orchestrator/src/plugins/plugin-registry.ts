@@ -53,6 +53,12 @@ function isGitSource(source: string): boolean {
   return /^(https?|git|ssh|file):\/\//.test(source) || /^[\w.-]+@[\w.-]+:/.test(source) || source.endsWith(".git");
 }
 
+/** The harness plugins this repository ships, by harness name: a newcomer installing an example first is told which. */
+export const SHIPPED_HARNESSES: Readonly<Record<string, string>> = {
+  "claude-agent-sdk": "plugins/harness-claude",
+  acp: "plugins/harness-acp",
+};
+
 /**
  * A plugin's source as it is kept and shown: a URL without the user and password before its host. A private
  * repository is often installed as `https://x-access-token:…@github.com/org/plugin.git` (or a token as the user
@@ -461,8 +467,9 @@ export class PluginRegistry {
         };
       }
     }
+    const shipped = SHIPPED_HARNESSES[name];
     throw invalidArgument(
-      `${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first`,
+      `${file}: field /runtime: no installed plugin declares harness "${name}"; install the plugin that provides it first${shipped ? ` (the suite ships it: oz0 plugin install ${shipped}, from a checkout of Orchestrator Zero)` : ""}`,
     );
   }
 
