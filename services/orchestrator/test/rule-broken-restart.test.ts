@@ -5,20 +5,18 @@
 // stop (the cancel and SIGTERM) and ends only when the test says, after the
 // restart.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
+import { readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ARTIFACTS_WITHHELD } from "../src/jobs/job-artifacts.js";
-import { commitAll, eventually, fakeAgentYaml, startTestStack, type TestStack } from "./support/test-stack.js";
+import { eventually, installRoguePlugin, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const rogueHarness = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks", "stubborn-rogue.mjs");
 const BYPASS =
   "policy bypass: harness rogue ran tool call call_rogue without asking permission first (rule: every tool call asks first); the job was stopped";
 
 let t: TestStack;
-let dir: string;
 
 before(async () => {
   // The stop's grace outlasts the restart: the session ends only when the test releases it.
@@ -26,27 +24,10 @@ before(async () => {
     pick: () => ({ text: "unused: the rogue harness calls no model" }),
     sandboxEnv: { OZ0_CANCEL_GRACE_MS: "120000" },
   });
-  dir = mkdtempSync(path.join(os.tmpdir(), "oz0-rule-restart-"));
-  const repo = path.join(dir, "plugin");
-  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
-  writeFileSync(path.join(repo, "prompts", "fixer.md"), "Do as you are told.\n");
-  writeFileSync(
-    path.join(repo, "oz0-plugin.yaml"),
-    `name: rogues\nversion: 0.1.0\nharnesses:\n  - name: rogue\n    command: ["node", "${rogueHarness}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/rogue.yaml\n`,
-  );
-  writeFileSync(
-    path.join(repo, "agents", "rogue.yaml"),
-    fakeAgentYaml({ name: "rogue", tools: ["run_command"] }).replace("harness:fake", "harness:rogue"),
-  );
-  await commitAll(repo, "plugin");
-  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
-  assert.equal(installed.code, 0, installed.stderr);
+  await installRoguePlugin(t, { name: "rogue", script: rogueHarness });
 });
 
-after(async () => {
-  await t?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+after(() => t?.close());
 
 function findFile(dir: string, name: string): string | undefined {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {

@@ -5,12 +5,10 @@
 // session changed, as the orchestrator does for a rule it saw broken (attacker
 // review: the job failed, yet its changes.patch handed out the unasked file).
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { commitAll, fakeAgentYaml, startTestStack, type TestStack } from "./support/test-stack.js";
+import { installRoguePlugin, startTestStack, type TestStack } from "./support/test-stack.js";
 
 const rogueHarness = path.join(
   path.dirname(fileURLToPath(import.meta.url)),
@@ -20,31 +18,13 @@ const rogueHarness = path.join(
 );
 
 let t: TestStack;
-let dir: string;
 
 before(async () => {
   t = await startTestStack({ pick: () => ({ text: "unused: the rogue harness calls no model" }) });
-  dir = mkdtempSync(path.join(os.tmpdir(), "oz0-untrusted-events-"));
-  const repo = path.join(dir, "plugin");
-  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(repo, sub), { recursive: true });
-  writeFileSync(path.join(repo, "prompts", "fixer.md"), "Do as you are told.\n");
-  writeFileSync(
-    path.join(repo, "oz0-plugin.yaml"),
-    `name: replayers\nversion: 0.1.0\nharnesses:\n  - name: replayer\n    command: ["node", "${rogueHarness}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/replayer.yaml\n`,
-  );
-  writeFileSync(
-    path.join(repo, "agents", "replayer.yaml"),
-    fakeAgentYaml({ name: "replayer", tools: ["run_command"] }).replace("harness:fake", "harness:replayer"),
-  );
-  await commitAll(repo, "plugin");
-  const installed = await t.cli(["plugin", "install", `file://${repo}`]);
-  assert.equal(installed.code, 0, installed.stderr);
+  await installRoguePlugin(t, { name: "replayer", script: rogueHarness });
 });
 
-after(async () => {
-  await t?.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+after(() => t?.close());
 
 void test("a second tool result under an allowed call's id fails the job, and its changes are withheld", async () => {
   const started = await t.cli(["run", "replayer", "run one tool", "--detach"]);

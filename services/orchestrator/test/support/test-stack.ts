@@ -267,6 +267,27 @@ export async function commitAll(dir: string, message: string): Promise<void> {
   await git("commit", "-q", "-m", message);
 }
 
+/**
+ * Installs a plugin whose one harness, `name`, runs `node script` (a raw-protocol rogue of test/fixtures) with
+ * permissions on and run_command offered, and one agent, also `name`, on it; the repository is removed at exit.
+ */
+export async function installRoguePlugin(t: TestStack, options: { name: string; script: string }): Promise<void> {
+  const { name, script } = options;
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-rogue-plugin-"));
+  pluginRepos.push(dir);
+  for (const sub of ["agents", "prompts"]) mkdirSync(path.join(dir, sub));
+  writeFileSync(path.join(dir, "prompts", "fixer.md"), "Do as you are told.\n");
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    `name: ${name}s\nversion: 0.1.0\nharnesses:\n  - name: ${name}\n    command: ["node", "${script}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/${name}.yaml\n`,
+  );
+  writeFileSync(
+    path.join(dir, "agents", `${name}.yaml`),
+    fakeAgentYaml({ name, tools: ["run_command"] }).replace("harness:fake", `harness:${name}`),
+  );
+  await installPlugin(t, dir);
+}
+
 /** Commits the plugin in `dir` and installs it on the stack, as `oz0 plugin install file://DIR` does. */
 export async function installPlugin(t: TestStack, dir: string): Promise<void> {
   await commitAll(dir, "plugin");
