@@ -68,6 +68,12 @@ export class SharedTmpfsGuard {
    * warning that none could be (once, until they have room again).
    */
   readonly #told = new Set<string>();
+  /**
+   * Each place's free files when a count below its floor found no session to stop: it is not counted again until
+   * they fall by SLACK_ENTRIES more (a count walks every entry, and below the floor through no session's doing it
+   * would walk them all every check).
+   */
+  readonly #countedAt = new Map<string, number>();
   /** The sessions stopped already: their files go once their processes have (the uid's sweep), checks later. */
   readonly #stopped = new WeakSet<SharedTmpfsGuardedSession>();
 
@@ -98,8 +104,11 @@ export class SharedTmpfsGuard {
       const floor = this.#options.minFreeFiles ?? Math.min(DEFAULT_MIN_FREE_FILES, Math.floor(files / 20));
       if (ffree >= floor) {
         this.#told.delete(place);
+        this.#countedAt.delete(place);
         continue;
       }
+      const counted = this.#countedAt.get(place);
+      if (counted !== undefined && ffree > counted - SLACK_ENTRIES) continue;
       const shortfall = `${place} has room for ${ffree} more files, below its floor of ${floor} (OZ0_SANDBOX_MIN_FREE_SHARED_FILES)`;
       const { running, finders } = runningSessions(this.#options.sessions());
       const byUid = new Map<number, SharedTmpfsGuardedSession>();
@@ -121,6 +130,7 @@ export class SharedTmpfsGuard {
         if (!this.#told.has(place))
           this.#options.logger.warn({ place, ffree, floor }, `${shortfall}, and no running session made it so`);
         this.#told.add(place);
+        this.#countedAt.set(place, ffree);
         continue;
       }
       this.#options.logger.warn(
@@ -129,6 +139,7 @@ export class SharedTmpfsGuard {
       );
       this.#stopped.add(session);
       this.#told.add(place);
+      this.#countedAt.delete(place);
       try {
         session.stopForDisk(
           `${shortfall} while this session's uid owns ${entries} entries there: it is a tmpfs every user of the node shares (with none left, every user's shm_open and sem_open fail); the session was stopped. Keep temporary files in $TMPDIR, the session's own`,
