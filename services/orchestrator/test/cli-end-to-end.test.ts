@@ -4,7 +4,7 @@
 // approval, publish a changed agent and see the old job stay pinned.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -156,21 +156,27 @@ void test("oz0 run streams text and tool calls, the test passes, and the patch i
   const artifacts = await t.cli(["jobs", "artifacts", where[1]!]);
   assert.match(artifacts.stdout, /changes\.patch/);
   // Copied out, never through a link at an artifact's name, nor into a folder that is a link (local stack review).
-  const out = mkdtempSync(path.join(os.tmpdir(), "oz0-artifacts-out-"));
-  const victim = path.join(out, "victim");
-  writeFileSync(victim, "kept\n");
-  symlinkSync(victim, path.join(out, "changes.patch"));
-  const through = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
-  assert.equal(through.code, 2, through.stdout);
-  assert.match(through.stderr, /changes\.patch is a link; artifacts are never written through one/);
-  assert.equal(readFileSync(victim, "utf8"), "kept\n");
-  symlinkSync(out, `${out}-link`);
-  const linked = await t.cli(["jobs", "artifacts", where[1]!, "--out", `${out}-link`]);
-  assert.match(linked.stderr, /-link is a link; give a folder of your own/);
-  rmSync(path.join(out, "changes.patch"));
-  const copied = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
-  assert.equal(copied.code, 0, copied.stderr);
-  assert.equal(readFileSync(path.join(out, "changes.patch"), "utf8"), patch);
+  const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-artifacts-out-"));
+  try {
+    const out = path.join(scratch, "out");
+    mkdirSync(out);
+    const victim = path.join(scratch, "victim");
+    writeFileSync(victim, "kept\n");
+    symlinkSync(victim, path.join(out, "changes.patch"));
+    const through = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
+    assert.equal(through.code, 2, through.stdout);
+    assert.match(through.stderr, /changes\.patch is a link; artifacts are never written through one/);
+    assert.equal(readFileSync(victim, "utf8"), "kept\n");
+    symlinkSync(out, path.join(scratch, "link"));
+    const linked = await t.cli(["jobs", "artifacts", where[1]!, "--out", path.join(scratch, "link")]);
+    assert.match(linked.stderr, /link is a link; give a folder of your own/);
+    rmSync(path.join(out, "changes.patch"));
+    const copied = await t.cli(["jobs", "artifacts", where[1]!, "--out", out]);
+    assert.equal(copied.code, 0, copied.stderr);
+    assert.equal(readFileSync(path.join(out, "changes.patch"), "utf8"), patch);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
   // The proxy metered the job's four model calls under its agent.
   const usage = await t.cli(["usage", where[1]!, "--json"]);
   assert.equal(usage.code, 0, usage.stderr);
