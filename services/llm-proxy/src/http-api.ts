@@ -424,6 +424,8 @@ async function passThrough(args: {
   const secretName = provider.config.keySecret;
   const key = secretName ? await options.vault.use(secretName) : undefined;
   const secret = key?.value;
+  // A provider may echo the key anywhere: its content type is scrubbed as a model call's headers are (model-call.ts).
+  const scrubber = key?.scrubber ?? createScrubber(undefined);
   if (secretName && secret === undefined) {
     sendError(res, {
       format,
@@ -447,10 +449,7 @@ async function passThrough(args: {
     try {
       const upstream = await call.response;
       status = upstream.statusCode ?? 502;
-      // Scrubbed as a model call's headers are (model-call.ts, responseHeaders): a provider may echo the key anywhere.
-      contentType = (key?.scrubber ?? createScrubber(undefined)).text(
-        String(upstream.headers["content-type"] ?? "application/json"),
-      );
+      contentType = scrubber.text(String(upstream.headers["content-type"] ?? "application/json"));
       // The answer counts against the budgets of bytes in flight as it arrives, as a model call's does.
       const refused: { by?: BytesRefusal } = {};
       const answer = await readAll(upstream, Number.POSITIVE_INFINITY, (bytes) => {
@@ -467,7 +466,7 @@ async function passThrough(args: {
         });
         return;
       }
-      text = (key?.scrubber ?? createScrubber(undefined)).json(answer.toString("utf8"));
+      text = scrubber.json(answer.toString("utf8"));
     } finally {
       args.signal.removeEventListener("abort", call.abort);
     }

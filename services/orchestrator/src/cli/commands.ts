@@ -19,6 +19,7 @@ import {
 import { stringify } from "yaml";
 import { inputChangedText } from "./approval-prompt.js";
 import { CliError } from "./cli-error.js";
+import { strangersProblem } from "../dev/local-credentials.js";
 import type { Connection } from "./connection.js";
 import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
@@ -347,16 +348,11 @@ export async function jobsArtifacts(options: {
  */
 function assertOwnOutFolder(dir: string): void {
   const entry = lstatSync(dir);
-  const own = process.geteuid?.();
   const problem = entry.isSymbolicLink()
     ? "is a link"
     : !entry.isDirectory()
       ? "is not a folder"
-      : own !== undefined && entry.uid !== own && entry.uid !== 0
-        ? `belongs to uid ${entry.uid}, neither yours (${own}) nor root's`
-        : (entry.mode & 0o002) !== 0
-          ? "may be written by every user"
-          : undefined;
+      : strangersProblem(entry);
   if (problem !== undefined)
     throw new CliError(
       `--out ${dir} ${problem}; give a folder of your own, for example --out "$(mktemp -d)"`,

@@ -5,7 +5,17 @@
 // - a login (credentials/login.json): `oz0 login` for a remote orchestrator.
 // The folder is 0700 and each file 0600: a session running as another user
 // (or under bubblewrap, where the folder is not visible) cannot read them.
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  type Stats,
+} from "node:fs";
 import path from "node:path";
 import { newCredential } from "@oz0/serving";
 
@@ -18,21 +28,26 @@ import { newCredential } from "@oz0/serving";
  * there yet is made by the stack, its own.
  */
 export function assertOwnHome(home: string): void {
-  const own = process.geteuid?.();
-  if (own === undefined) return;
   const entry = lstatSync(home, { throwIfNoEntry: false });
   if (!entry) return;
   const target = entry.isSymbolicLink() ? statSync(home, { throwIfNoEntry: false }) : entry;
-  const stranger = [entry, target].find((stat) => stat !== undefined && stat.uid !== own && stat.uid !== 0);
-  const problem = stranger
-    ? `belongs to uid ${stranger.uid}, neither this user's (${own}) nor root's`
-    : target && (target.mode & 0o002) !== 0
-      ? "may be written by every user"
-      : undefined;
+  const problem = strangersProblem(entry, target);
   if (problem === undefined) return;
   throw new Error(
     `the data directory ${home} (OZ0_HOME) ${problem}, so whoever may write there could have put files oz0 would trust (a credential, a stack's address) or links it would write through; use a data directory of your own: unset OZ0_HOME (~/.oz0), or OZ0_HOME=$(mktemp -d)`,
   );
+}
+
+/**
+ * Why a folder (`entry`, and what it leads to when it is a link) is not this user's to trust: another user than this
+ * one and root owns it, or every user may write it; undefined when it is, or where there are no uids.
+ */
+export function strangersProblem(entry: Stats, target: Stats | undefined = entry): string | undefined {
+  const own = process.geteuid?.();
+  if (own === undefined) return undefined;
+  const stranger = [entry, target].find((stat) => stat !== undefined && stat.uid !== own && stat.uid !== 0);
+  if (stranger) return `belongs to uid ${stranger.uid}, neither this user's (${own}) nor root's`;
+  return target && (target.mode & 0o002) !== 0 ? "may be written by every user" : undefined;
 }
 
 export function credentialsDir(home: string): string {
