@@ -23,6 +23,11 @@ import type { KeptChild } from "./session-keeper.js";
 import { withProcessLimit, withProcessLimitAndInit, type SessionProcessLimit } from "./session-process-limit.js";
 import { assertReachableBy, setprivUserArgs } from "./session-user-launcher.js";
 import type { SessionUser } from "./session-user-processes.js";
+import {
+  gatedOnNamespaceLimits,
+  writeNamespaceLimits,
+  type SessionNamespaceLimits,
+} from "./session-namespace-limits.js";
 import { sessionSyscallFilter } from "./syscall-filter.js";
 
 /** System paths bound read-only when they exist; /etc only in part, since it can hold secrets. */
@@ -228,6 +233,13 @@ export interface BubblewrapLauncherOptions {
   /** The seccomp filter's program (syscall-filter.ts): bwrap loads it before the session's first command runs. */
   syscallFilter?: string | undefined;
   /**
+   * The session's shares of the per-user counts its user namespace draws on with every other session's
+   * (session-namespace-limits.ts), for a session in a namespace of the sandbox's user; undefined: not lowered.
+   */
+  namespaceLimits?: SessionNamespaceLimits | undefined;
+  /** Told when a session's shares could not be written; the session is killed then, before anything of it ran. */
+  onNamespaceLimitsFailed?: (error: Error) => void;
+  /**
    * Starts bwrap; default `child_process.spawn`. The sandbox passes its keeper's, so the session outlives a restart of
    * the sandbox. `readFile`, when given, is opened for reading as the stdio entry after `options.stdio`'s.
    */
@@ -344,11 +356,14 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
         ];
       }
       const { user } = options;
-      if (user === undefined)
+      const namespaceLimits = user === undefined ? options.namespaceLimits : undefined;
+      if (user === undefined) {
         // Inside the session's own user namespace, where the kernel counts its processes apart; bwrap's init too
         // (session-process-limit.ts).
         command = withProcessLimitAndInit(options.processLimit, command);
-      else
+        // A namespace of the sandbox's user: nothing runs until its shares are written (below, once bwrap made it).
+        if (namespaceLimits !== undefined) command = gatedOnNamespaceLimits(namespaceLimits, command);
+      } else
         // The limit set while root, then the session's uid, whose processes the kernel counts apart: nothing runs as
         // the uid without the limit (bwrap's init stays root's, which the uid can neither ptrace nor signal).
         command = withProcessLimit(options.processLimit, [
@@ -430,6 +445,18 @@ export function bubblewrapLauncher(options: BubblewrapLauncherOptions): HarnessL
 
       // Once bwrap has exited its namespace is gone, and the init's pid may be reused.
       const exited = (): boolean => child.exitCode !== null || child.signalCode !== null;
+      if (namespaceLimits !== undefined)
+        void initPid.then(async (pid) => {
+          if (pid === undefined || exited()) return;
+          try {
+            await writeNamespaceLimits(namespaceLimits, pid);
+          } catch (error) {
+            if (exited()) return;
+            options.onNamespaceLimitsFailed?.(error as Error);
+            killQuietly(pid, "SIGKILL");
+            if (bwrapPid !== undefined) killQuietly(bwrapPid, "SIGKILL");
+          }
+        });
       return {
         child: child as unknown as PipedChildProcess,
         async terminate() {

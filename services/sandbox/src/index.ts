@@ -31,6 +31,7 @@ import { sandboxService } from "./sandbox-service.js";
 import { DEFAULT_MAX_STDERR_BYTES, DEFAULT_MAX_STDERR_WRITTEN_BYTES } from "./stderr-capture.js";
 import { DEFAULT_MAX_STDOUT_BYTES } from "./stdout-limit.js";
 import { prepareRoot, removeStaleSessions } from "./session-directories.js";
+import { chooseNamespaceLimits } from "./session-namespace-limits.js";
 import { defaultMaxOpenFiles } from "./session-open-files-guard.js";
 import { SessionRegistry } from "./session-registry.js";
 import { sandboxEntryCommand } from "./sandbox-entry.js";
@@ -183,6 +184,15 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       ? detectLandlock()
       : { reason: "not needed: sessions run under bwrap or a uid of their own" };
   const removedContainers = (await containment?.removeLeftovers()) ?? 0;
+  // Sessions in user namespaces of the sandbox's user draw on its per-user inotify and fanotify counts together: each
+  // gets a share (session-namespace-limits.ts). A root sandbox's have uids of their own.
+  const namespaces = useBwrap && users === undefined ? chooseNamespaceLimits({ maxSessions }) : undefined;
+  const namespaceFields =
+    namespaces === undefined
+      ? {}
+      : namespaces.limits !== undefined
+        ? { sessionNamespaceShares: Object.fromEntries(namespaces.limits.shares) }
+        : { sessionNamespaceShares: "none", sessionNamespaceSharesReason: namespaces.reason };
   // The startup line the embedded stack reads: its `isolation` field is bwrap, user or none (with `reason`), always before "sandbox listening".
   // Its `containment` field names what ends everything a session started (pid-namespace, uid, cgroup, subreaper or environment).
   const range = `${uids.base}-${uids.base + uids.count - 1}`;
@@ -200,9 +210,15 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
         ...(users !== undefined
           ? { sessionUids: range }
           : { sessionUids: "own", sessionUidsReason: isolation.sessionUsers.reason }),
+        ...namespaceFields,
       },
       "sessions run under bubblewrap",
     );
+    if (namespaces?.reason !== undefined)
+      logger.warn(
+        { ...namespaceFields },
+        "sessions share the sandbox user's inotify and fanotify limits of the node: one session taking them all leaves the others unable to watch files; give the sandbox a kernel and a /proc/sys it can lower them in (see the sandbox README's Shared kernel counts)",
+      );
     // As root with no uid of their own, sessions are the node's uid 0, capabilities dropped: owners of what root owns.
     if (users === undefined && process.getuid?.() === 0)
       logger.warn(
@@ -303,6 +319,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
             users !== undefined
               ? { pool: users, setprivPath: isolation.sessionUsers.setprivPath as string }
               : undefined,
+          namespaceLimits: namespaces?.limits,
         }
       : users !== undefined
         ? {

@@ -70,6 +70,7 @@ import { yieldingLauncher } from "./session-precedence.js";
 import { sessionUserLauncher, type UserModeDomain } from "./session-user-launcher.js";
 import type { SessionUserLease } from "./session-user-pool.js";
 import type { SessionUser } from "./session-user-processes.js";
+import type { SessionNamespaceLimits } from "./session-namespace-limits.js";
 import { appendAnswered, SessionLogFile, writeSessionRecord, type SessionRecord } from "./session-record.js";
 import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeepers } from "./session-keeper.js";
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
@@ -107,6 +108,8 @@ export type SessionIsolation =
        * prepares its directories or takes the session over; undefined: sessions run as the sandbox's own user.
        */
       users?: { setprivPath: string; acquireUser: () => Promise<SessionUserLease> } | undefined;
+      /** Its shares of the sandbox user's per-user counts, when it runs as that user (session-namespace-limits.ts). */
+      namespaceLimits?: SessionNamespaceLimits | undefined;
     };
 
 /**
@@ -493,6 +496,12 @@ export class SandboxSession {
         writablePaths: [paths.workingDir, paths.stateDir],
         processLimit: this.#options.processLimit,
         syscallFilter: isolation.syscallFilter,
+        namespaceLimits: isolation.namespaceLimits,
+        onNamespaceLimitsFailed: (error) =>
+          this.#options.logger.error(
+            { err: error, sessionId: this.id },
+            "could not lower the session's inotify and fanotify limits in its user namespace: the session was stopped before it ran",
+          ),
         user:
           isolation.users !== undefined && user !== undefined
             ? { ...userIds(user), setprivPath: isolation.users.setprivPath }

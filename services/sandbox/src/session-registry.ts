@@ -37,6 +37,7 @@ import { GuardReadings } from "./guard-readings.js";
 import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
 import { SharedTmpfsGuard } from "./shared-tmpfs-guard.js";
+import type { SessionNamespaceLimits } from "./session-namespace-limits.js";
 import { ptyShare, SessionOpenFilesGuard } from "./session-open-files-guard.js";
 
 export interface SessionRegistryOptions {
@@ -84,6 +85,8 @@ export interface SessionRegistryOptions {
         forwardLimits: ForwardLimits;
         /** A root sandbox's sessions each run under a uid of their own (bubblewrap-launcher.ts); else as the sandbox's user. */
         users?: { pool: SessionUserPool; setprivPath: string } | undefined;
+        /** Each session's shares of the sandbox user's per-user counts, where it runs as that user (session-namespace-limits.ts). */
+        namespaceLimits?: SessionNamespaceLimits | undefined;
       };
   sessionPath: string;
   locale: string;

@@ -1,0 +1,63 @@
+// Under bubblewrap run by an unprivileged sandbox (as the Kubernetes manifests run it), every session's user namespace
+// is the sandbox user's, and the kernel charges what a namespace's processes hold of a per-user count (inotify
+// instances and watches, fanotify groups and marks) to that user too: without a share of its own, one session took the
+// node's 128 inotify instances of that user, and no other session could watch a file (session-namespace-limits.ts).
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import {
+  runToEnd,
+  scenarioStart,
+  SessionStream,
+  startUnprivilegedSandbox,
+  unprivilegedSandboxSkip,
+} from "./sandbox-test-kit.js";
+
+void describe(
+  "a bubblewrap session's share of its user's inotify and fanotify counts",
+  { skip: unprivilegedSandboxSkip() },
+  () => {
+    let sandbox: Awaited<ReturnType<typeof startUnprivilegedSandbox>>;
+    let shares: Record<string, number>;
+    before(async () => {
+      sandbox = await startUnprivilegedSandbox({ OZ0_ISOLATION: "bwrap", OZ0_MAX_SESSIONS: "4" });
+      const startup = sandbox.lines
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .find((line) => line.isolation === "bwrap");
+      shares = startup?.sessionNamespaceShares as Record<string, number>;
+      assert.equal(typeof shares, "object", `the start-up line names the shares: ${JSON.stringify(startup)}`);
+    });
+    after(() => sandbox.close());
+
+    // Bounded: without the shares the next session gets none, and says so.
+    void it("leaves other sessions inotify instances when one takes all it can", { timeout: 60_000 }, async () => {
+      const hoarder = new SessionStream(sandbox.client, {
+        message: { case: "start", value: scenarioStart({ mode: "inotify", count: 100_000 }) },
+      });
+      await hoarder.waitFor(
+        (m) => m.message.case === "event" && m.message.value.event.case === "text",
+        "the hoarder's count",
+      );
+      // Its share, of the node's 128 by default: fewer than half of them.
+      assert.deepEqual(hoarder.texts(), [`inotify ${shares.max_inotify_instances}: Too many open files`]);
+      const next = await runToEnd(sandbox.client, scenarioStart({ mode: "inotify", count: 1, hold: false }));
+      assert.deepEqual(next.texts(), ["inotify 1"]);
+      assert.equal(next.exited().status, SessionStatus.COMPLETED, next.exited().errorMessage);
+      hoarder.send({ message: { case: "cancel", value: {} } });
+      await hoarder.finished;
+    });
+
+    void it("writes every share in the session's namespace, which the session cannot raise", async () => {
+      const files = Object.keys(shares).map((name) => `/proc/sys/user/${name}`);
+      const probe = await runToEnd(sandbox.client, scenarioStart({ mode: "probe", read: files, write: files }));
+      const { reads, writes } = JSON.parse(probe.texts()[0]!) as {
+        reads: Record<string, string>;
+        writes: Record<string, string>;
+      };
+      for (const [name, share] of Object.entries(shares)) {
+        assert.equal(reads[`/proc/sys/user/${name}`], `${share}\n`, name);
+        assert.notEqual(writes[`/proc/sys/user/${name}`], "ok", `the session wrote ${name}`);
+      }
+    });
+  },
+);
