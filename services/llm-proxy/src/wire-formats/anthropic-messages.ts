@@ -9,6 +9,7 @@ import {
   providerSideInputs,
   providerSideTools,
   type InputRules,
+  type ProviderSideUse,
 } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 import { DeltaStreamScrubber } from "./stream-scrubbing.js";
@@ -213,6 +214,22 @@ const ANTHROPIC_TOOL_KINDS = {
     type === undefined || type === "custom" || /^(bash|text_editor|computer|memory)_\d{8}$/.test(type),
   feature: (type: string) => type.replace(/_\d{8}$/, ""),
 };
+/**
+ * What a Messages request asks Anthropic to do on its own side. count_tokens reads the same: to count
+ * a request Anthropic fetches its images and documents given by URL and lists its MCP servers' tools.
+ */
+export function anthropicProviderSide(
+  body: RequestBody,
+  headers: Readonly<Record<string, string | string[] | undefined>>,
+): ProviderSideUse[] {
+  return [
+    ...providerSideTools(body, ANTHROPIC_TOOL_KINDS),
+    ...providerSideFields(body, { mcp_servers: "mcp", container: "code_execution" }),
+    ...providerSideInputs(body, ANTHROPIC_INPUTS),
+    ...anthropicPricedAbove(body, headers),
+  ];
+}
+
 export const anthropicMessages: WireFormat = {
   name: "anthropic",
   route: "messages",
@@ -226,12 +243,7 @@ export const anthropicMessages: WireFormat = {
         model: stringOf(body.field("model")),
         stream: body.field("stream") === true,
         maxOutputTokens: firstPositive(body.field("max_tokens")),
-        providerSide: [
-          ...providerSideTools(body, ANTHROPIC_TOOL_KINDS),
-          ...providerSideFields(body, { mcp_servers: "mcp", container: "code_execution" }),
-          ...providerSideInputs(body, ANTHROPIC_INPUTS),
-          ...anthropicPricedAbove(body, headers),
-        ],
+        providerSide: anthropicProviderSide(body, headers),
         streamMeter: () => new AnthropicStreamMeter(),
       };
     },

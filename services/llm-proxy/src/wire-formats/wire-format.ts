@@ -49,6 +49,8 @@ export interface WireFormat {
   errorBody(type: ProxyErrorType, message: string): unknown;
   /** How model calls of this API are metered; absent, a call is passed through with the key and not metered (count_tokens). */
   readonly calls?: ModelCalls;
+  /** What a passed-through request (no `calls`) asks the provider to do on its own side; refused unless allowed. */
+  providerSide?(body: RequestBody, headers: Readonly<Record<string, string | string[] | undefined>>): ProviderSideUse[];
 }
 
 /** The metered side of a wire format. */
