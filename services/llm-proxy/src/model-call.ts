@@ -168,6 +168,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     stream,
   };
 
+  // The most output the call may be billed: its limit, else the default bound for each answer asked for.
+  const worstOutputTokens = request.maxOutputTokens ?? deps.defaultMaxOutputTokens * (request.answers ?? 1);
   let reservation: Reservation | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
@@ -185,12 +187,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         // A harness operation's scratch session spends its parent's account.
         session: token.budgetSession ?? token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCaseUsd({
-          price,
-          // Unbounded: the default bound for each answer asked for (n choices are n answers, each up to the default).
-          maxOutputTokens: request.maxOutputTokens ?? deps.defaultMaxOutputTokens * (request.answers ?? 1),
-          rawBytes: rawBody.length,
-        }),
+        worstCaseUsd: worstCaseUsd({ price, maxOutputTokens: worstOutputTokens, rawBytes: rawBody.length }),
         minimumUsd: costOf(price, { input: 0, output: 0, cacheRead: estimatedInput, cacheWrite: 0, reasoning: 0 }),
         partial: stream,
       });
@@ -249,6 +246,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         estimatedInput,
         reservation,
         outputBound: request.maxOutputTokens,
+        worstOutputTokens,
       });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
@@ -418,6 +416,8 @@ interface AttemptContext {
    * indented with spaces runs far past that estimate: past this bound it is the estimate off, not a spend.
    */
   outputBound: number | undefined;
+  /** The most output tokens the call may be billed: `outputBound`, else the default bound for each answer. */
+  worstOutputTokens: number;
 }
 
 function connectionFailure(error: unknown): AttemptSummary {
@@ -437,13 +437,43 @@ function failedConnection(errorCode: string): AttemptSummary {
   };
 }
 
-/** The attempt ran out of time (`attemptTimeoutMs`): a connection failure, retried like one. */
+/** A stream's headers did not come within `attemptTimeoutMs`: it never began, a connection failure retried like one. */
 function upstreamTimeout(deps: ModelCallDeps): AttemptSummary {
   deps.logger.warn(
     { timeoutMs: deps.retry.attemptTimeoutMs },
     "the provider did not answer in time; the attempt is given up",
   );
   return failedConnection("upstream_timeout");
+}
+
+/**
+ * A whole answer the provider did not give within the attempt's time: generated as a whole before it is sent,
+ * it is most likely being generated still, and billed once it is, whoever waits. So it is not asked for again
+ * (that would bill it again) and is charged what it may cost: its input as estimated and its whole output
+ * limit. Charged nothing and retried, an answer longer than the timeout was made up to five times a call
+ * without touching the session's budget.
+ */
+function wholeAnswerTimedOut(deps: ModelCallDeps, format: WireFormat, ctx: AttemptContext): AttemptSummary {
+  const timeoutMs = deps.retry.attemptTimeoutMs;
+  deps.logger.warn(
+    { timeoutMs },
+    "the provider did not give a whole answer in time; the call is given up, not retried",
+  );
+  const message = `the provider did not answer within ${timeoutMs} ms; it is not asked again, since it may still be generating the answer, which is charged at the most it may cost. Stream long answers (a stream has no such limit once it begins), or raise OZ0_UPSTREAM_TIMEOUT_MS on the LLM proxy`;
+  return {
+    status: 504,
+    outcome: "connection_error",
+    usage: { ...ZERO_USAGE, input: ctx.estimatedInput, output: ctx.worstOutputTokens },
+    estimated: true,
+    delivered: false,
+    retryable: false,
+    errorCode: "upstream_timeout",
+    pendingError: {
+      status: 504,
+      headers: { "content-type": "application/json", "oz0-operation-id": ctx.operationId },
+      body: Buffer.from(JSON.stringify(format.errorBody("api_error", message))),
+    },
+  };
 }
 
 /**
@@ -553,7 +583,8 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     try {
       upstream = await call.response;
     } catch (error) {
-      if (timedOut) return upstreamTimeout(deps);
+      // A stream's headers come as it begins: none means none began. A whole answer's come with the answer.
+      if (timedOut) return input.request.stream ? upstreamTimeout(deps) : wholeAnswerTimedOut(deps, format, ctx);
       return input.clientGone.aborted ? clientLeft() : connectionFailure(error);
     }
     const status = upstream.statusCode ?? 502;
@@ -600,7 +631,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
     try {
       bodyBytes = await readAll(upstream, Number.POSITIVE_INFINITY, charge);
     } catch (error) {
-      return timedOut ? upstreamTimeout(deps) : connectionFailure(error);
+      return timedOut ? wholeAnswerTimedOut(deps, format, ctx) : connectionFailure(error);
     }
     if (bodyBytes === undefined) {
       call.abort();

@@ -5,7 +5,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import type { CallRecord } from "../src/proxy-store.js";
 import { SqliteProxyStore } from "../src/sqlite-proxy-store.js";
-import { startFixture, type SessionEndpoint } from "./proxy-fixture.js";
+import { PRICE, startFixture, type SessionEndpoint } from "./proxy-fixture.js";
 
 const ask = { model: "claude-sonnet-5", max_tokens: 100, messages: [{ role: "user" as const, content: "x" }] };
 
@@ -157,20 +157,22 @@ void describe("connection failures", () => {
 });
 
 void describe("a provider that does not answer", () => {
-  void it("gives an attempt up after attemptTimeoutMs, retries, then answers 502 with every attempt metered", async () => {
-    const fx = await startFixture({
-      turns: [
-        { text: "too late", delayMs: 5_000 },
-        { text: "too late again", delayMs: 5_000 },
-      ],
-      config: { retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50, maxAttempts: 2, attemptTimeoutMs: 200 } },
-    });
+  const slowProvider = (): Parameters<typeof startFixture>[0] => ({
+    turns: [
+      { text: "too late", delayMs: 5_000 },
+      { text: "too late again", delayMs: 5_000 },
+    ],
+    config: { retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50, maxAttempts: 2, attemptTimeoutMs: 200 } },
+  });
+
+  void it("gives a stream up when its headers do not come within attemptTimeoutMs, retries, then answers 502 with every attempt metered", async () => {
+    const fx = await startFixture(slowProvider());
     try {
       const e = await fx.session();
       const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
         method: "POST",
         headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
-        body: JSON.stringify(ask),
+        body: JSON.stringify({ ...ask, stream: true }),
       });
       assert.equal(r.status, 502);
       assert.match(await r.text(), /could not be reached after 2 attempt\(s\) \(upstream_timeout\)/);
@@ -182,6 +184,39 @@ void describe("a provider that does not answer", () => {
       const [call] = await fx.proxy.store.listCalls(e.job);
       assert.equal(call!.attempts, 2);
       assert.equal(call!.costUsd, 0);
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("does not ask again for a whole answer not given within attemptTimeoutMs, and charges its worst case: the provider may be generating it still, and bills it", async () => {
+    // A whole answer comes when it is generated: one that takes longer than the timeout (a long answer, long
+    // reasoning) is being generated when the proxy hangs up. Charged nothing and asked again, a session could
+    // have answers of any length made five times a call, its budget never touched.
+    const fx = await startFixture(slowProvider());
+    try {
+      // A call's worst case, 100 output tokens at $15/M and its bytes of input, is about $0.0018: the budget holds one.
+      const e = await fx.session({ budgetUsd: 0.002 });
+      const call = () =>
+        fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+          method: "POST",
+          headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+          body: JSON.stringify(ask),
+        });
+      const r = await call();
+      const text = await r.text();
+      assert.equal(r.status, 504, text);
+      assert.equal(r.headers.get("x-should-retry"), "false");
+      assert.match(JSON.parse(text).error.message, /did not answer within 200 ms; it is not asked again/);
+      assert.equal(fx.model.requests.length, 1, "asked once");
+      const [record] = await fx.proxy.store.listCalls(e.job);
+      assert.equal(record!.attempts, 1);
+      assert.equal(record!.estimated, true);
+      assert.equal(record!.usage.output, ask.max_tokens, "its output limit, all of it");
+      assert.ok(record!.costUsd >= (ask.max_tokens * PRICE.output) / 1e6, `charged ${record!.costUsd}`);
+      const again = await call();
+      assert.equal(again.status, 402, "the budget was charged too");
+      assert.equal(fx.model.requests.length, 1);
     } finally {
       await fx.close();
     }
