@@ -128,6 +128,38 @@ async function authenticate(req: ClientRequest, tokens: SessionTokens): Promise<
   return record;
 }
 
+/**
+ * The fields a call's budget reads besides its model: whether it streams, its output limit under each
+ * API's name, and how many answers it asks for. Each is read as JSON types it; a provider that reads
+ * JSON leniently (pydantic's default, behind many compatible servers) takes `"n": "20"` for 20 answers
+ * and `"max_tokens": "100000"` for that limit, llama.cpp's server takes a limit of -1 for none, and a
+ * parser that keeps a repeated name's first copy takes the copy the proxy did not read.
+ */
+const BUDGET_FIELDS: Readonly<Record<string, "flag" | "count">> = {
+  stream: "flag",
+  max_tokens: "count",
+  max_completion_tokens: "count",
+  max_output_tokens: "count",
+  n: "count",
+};
+
+/** Why a request's budget fields cannot be read as every provider would read them, or undefined when they can. */
+function unreadableBudgetField(body: JsonRequestBody): string | undefined {
+  for (const [name, kind] of Object.entries(BUDGET_FIELDS)) {
+    const values = body.values(name);
+    if (values.length === 0) continue;
+    if (values.length > 1) return `the request names ${name} more than once; name it once`;
+    const [value] = values;
+    if (value === null) continue;
+    if (kind === "flag" ? typeof value === "boolean" : Number.isInteger(value) && (value as number) > 0) continue;
+    const got = value === undefined ? "a value that is not JSON" : JSON.stringify(value);
+    return kind === "flag"
+      ? `${name} must be true or false (or null); got ${got}`
+      : `${name} must be a whole number above 0 (or null); got ${got}`;
+  }
+  return undefined;
+}
+
 const noDelaySockets = new WeakSet<object>();
 
 /** Whether a response is done with: sent, or its client gone (an HTTP/2 response has no `destroyed` of its own). */
@@ -261,6 +293,11 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
         type: "invalid_request_error",
         message: "the request names its model more than once; name it once",
       });
+      return;
+    }
+    const unreadable = unreadableBudgetField(body);
+    if (unreadable) {
+      sendError(res, { format, status: 400, type: "invalid_request_error", message: unreadable });
       return;
     }
     // Agents name models `provider/model`; a harness may pass that on as it is.

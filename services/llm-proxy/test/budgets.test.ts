@@ -238,6 +238,42 @@ void describe("budgets", () => {
     }
   });
 
+  void it("refuses a request whose limits it cannot read as the provider may: a limit or n that is not a whole number, or named twice", async () => {
+    // A compatible server that reads JSON leniently (pydantic's default) takes "20" for 20 choices and "100000" for
+    // a limit of 100,000; one that keeps a repeated name's first copy takes the limit the proxy did not read.
+    const fx = await startFixture({ turns: [{ text: "fits" }, { text: "fits" }] });
+    try {
+      const e = await fx.session({ budgetUsd: 0.02 });
+      const headers = { authorization: `Bearer ${e.token}`, "content-type": "application/json", ...e.headers };
+      const ask = async (fields: string) => {
+        const r = await fetch(`${e.openaiBaseUrl}/chat/completions`, {
+          method: "POST",
+          headers,
+          body: `{"model":"gpt-4.1","messages":[{"role":"user","content":"x"}],${fields}}`,
+        });
+        return { status: r.status, text: await r.text() };
+      };
+      const refused: [string, RegExp][] = [
+        ['"max_tokens":1000,"n":"20"', /n must be a whole number above 0 \(or null\); got "20"/],
+        ['"max_tokens":"100000"', /max_tokens must be a whole number above 0 \(or null\); got "100000"/],
+        ['"max_completion_tokens":-1', /max_completion_tokens must be a whole number above 0/],
+        ['"max_tokens":20000,"max_tokens":1', /names max_tokens more than once; name it once/],
+        ['"max_tokens":1000,"n":20,"n":1', /names n more than once/],
+        ['"max_tokens":1000,"stream":"false"', /stream must be true or false \(or null\); got "false"/],
+      ];
+      for (const [fields, message] of refused) {
+        const r = await ask(fields);
+        assert.equal(r.status, 400, `${fields}: ${r.text}`);
+        assert.match(JSON.parse(r.text).error.message, message, fields);
+      }
+      assert.equal(fx.model.requests.length, 0, "none reached the provider");
+      assert.equal((await ask('"max_tokens":1000,"n":1')).status, 200, "the control: one choice of 1,000 tokens");
+      assert.equal((await ask('"max_tokens":1000,"n":null,"stream":null')).status, 200, "null is no value");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("refuses a budgeted call to a model without a price (fails closed)", async () => {
     const fx = await startFixture({
       turns: [{ text: "never" }],
