@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
@@ -385,4 +387,67 @@ void describe("budgets", () => {
       await again.close();
     }
   });
+});
+
+void describe("budgets of streams whose text is not content", () => {
+  /** A chat stream of `pieces` deltas of `field`, each a chunk as OpenAI writes it, then its usage. */
+  function chatStream(field: string, pieces: number, piece: string, completionTokens: number): string {
+    const chunk = (choices: unknown[], usage?: unknown) =>
+      `data: ${JSON.stringify({ id: "chatcmpl-r", object: "chat.completion.chunk", created: 1, model: "gpt-4.1", choices, ...(usage ? { usage } : {}) })}\n\n`;
+    let out = chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }]);
+    for (let i = 0; i < pieces; i += 1) out += chunk([{ index: 0, delta: { [field]: piece }, finish_reason: null }]);
+    out += chunk([{ index: 0, delta: {}, finish_reason: "stop" }]);
+    out += chunk([], { prompt_tokens: 10, completion_tokens: completionTokens, total_tokens: 10 + completionTokens });
+    return `${out}data: [DONE]\n\n`;
+  }
+
+  // content is the control: cut on the old code too.
+  for (const field of ["content", "reasoning", "refusal"]) {
+    void it(`cuts a chat stream of ${field} deltas where it crosses the budget`, async () => {
+      // 400 deltas of 40 characters, 4,000 tokens at four characters a token: $0.06 of output at $15/M, reported
+      // only at the end. Held at the $0.01 the session has, the stream must be cut about a sixth of the way in.
+      const piece = "z".repeat(40);
+      const body = chatStream(field, 400, piece, 4_000);
+      const provider = http.createServer((req, res) => {
+        req.resume();
+        req.on("end", () => {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.end(body);
+        });
+      });
+      await new Promise<void>((resolve) => provider.listen(0, "127.0.0.1", resolve));
+      const url = `http://127.0.0.1:${(provider.address() as AddressInfo).port}`;
+      const fx = await startFixture({
+        turns: [],
+        config: {
+          providers: [
+            { name: "openai", baseUrl: url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": PRICE } },
+          ],
+        },
+      });
+      try {
+        const e = await fx.session({ budgetUsd: 0.01 });
+        const r = await fetch(`${e.openaiBaseUrl}/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${e.token}`, "content-type": "application/json", ...e.headers },
+          body: JSON.stringify({
+            model: "gpt-4.1",
+            stream: true,
+            max_completion_tokens: 8_000,
+            messages: [{ role: "user", content: "x" }],
+          }),
+        });
+        const text = await r.text();
+        assert.match(text, /budget_exhausted/);
+        const received = text.split(piece).length - 1;
+        assert.ok(received < 100, `${received} of 400 deltas went out before the cut`);
+        const [call] = await fx.proxy.store.listCalls(e.job);
+        assert.equal(call!.outcome, "budget_cut");
+        assert.ok(call!.costUsd <= 0.01 + (40 / 4) * (PRICE.output / 1e6), `charged ${call!.costUsd}`);
+      } finally {
+        await fx.close();
+        await new Promise((resolve) => provider.close(resolve));
+      }
+    });
+  }
 });

@@ -22,6 +22,7 @@ import {
   readChatTextDelta,
   rememberChatTextDelta,
   withSentText,
+  type ChatTextField,
   type TextEvent,
 } from "./text-delta-events.js";
 import { JsonRequestBody } from "../request-body.js";
@@ -78,14 +79,29 @@ export const OPENAI_FORWARDED_HEADERS: readonly string[] = ["accept", "user-agen
 
 interface Chunk {
   choices?: {
-    delta?: {
-      content?: string | null;
-      reasoning_content?: string | null;
+    delta?: Partial<Record<ChatTextField, string | null>> & {
       tool_calls?: { function?: { arguments?: string } }[];
+      function_call?: { arguments?: string };
+      audio?: { transcript?: string };
     };
     finish_reason?: string | null;
   }[];
   usage?: OpenAiUsageFields | null;
+}
+
+/** The characters of every text a chunk's delta streams: what the estimate of its output counts. */
+function streamedCharacters(delta: NonNullable<NonNullable<Chunk["choices"]>[number]["delta"]>): number {
+  let characters = 0;
+  for (const field of CHAT_TEXT_FIELDS) {
+    const value = delta[field];
+    if (typeof value === "string") characters += value.length;
+  }
+  for (const call of delta.tool_calls ?? []) characters += stringLength(call.function?.arguments);
+  return characters + stringLength(delta.function_call?.arguments) + stringLength(delta.audio?.transcript);
+}
+
+function stringLength(value: unknown): number {
+  return typeof value === "string" ? value.length : 0;
 }
 
 /** The usage the proxy asked for, null on every chunk but the last, as OpenAI writes it: not first, on one line. */
@@ -113,7 +129,8 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     const text =
       this.response.model !== undefined && this.response.id !== undefined ? readChatTextDelta(event) : undefined;
     if (text) {
-      if (text.field === "content" || text.field === "reasoning_content") this.characters += text.text.length;
+      // Every streamed text is output the provider bills: reasoning and refusals as much as content.
+      this.characters += text.text.length;
       if (this.#clientWantsUsage || text.nullUsageAt < 0) return event;
       const cut = event.slice(0, text.nullUsageAt) + event.slice(text.nullUsageAt + NULL_USAGE.length);
       rememberChatTextDelta(cut, { ...text, nullUsageAt: -1 });
@@ -130,10 +147,7 @@ export class OpenAiStreamMeter extends TextStreamMeter {
     this.noteResponse(chunk);
     for (const choice of chunk.choices ?? []) {
       if (typeof choice.finish_reason === "string") this.reason ??= choice.finish_reason;
-      const delta = choice.delta;
-      if (!delta) continue;
-      this.characters += (delta.content ?? "").length + (delta.reasoning_content ?? "").length;
-      for (const call of delta.tool_calls ?? []) this.characters += (call.function?.arguments ?? "").length;
+      if (choice.delta) this.characters += streamedCharacters(choice.delta);
     }
     if (chunk.usage) this.reported = fromOpenAiUsage(chunk.usage);
     if (this.#clientWantsUsage || !("usage" in chunk)) return event;
