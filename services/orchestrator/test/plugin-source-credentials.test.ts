@@ -17,7 +17,7 @@ import { after, test } from "node:test";
 import { pluginToProto } from "../src/rpc/orchestrator-service.js";
 import { PluginRegistry } from "../src/plugins/plugin-registry.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
-import { commitAll } from "./support/test-stack.js";
+import { commitAll, startTestStack } from "./support/test-stack.js";
 
 const scratch = mkdtempSync(path.join(os.tmpdir(), "oz0-plugin-source-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -169,4 +169,41 @@ void test("a clone's git processes hold the URL's credential in no command line"
   const installed = await registry.install({ source: `http://${USER}:${TOKEN}@${git.url}/argv-plugin.git` });
   assert.equal(installed.plugin.name, "argv-plugin");
   assert.deepEqual(seen, []);
+});
+
+// Given in the URL on oz0's own command line, the credential was every local user's to read while `oz0 plugin
+// install` ran, and the command printed it back ("installed … from http://user:token@…"). It is read from standard
+// input instead, and the URL on a command line earns a warning.
+void test("oz0 plugin install --git-credential-stdin clones with a credential no command line or output holds", async (t) => {
+  await servedPlugin("stdin-plugin");
+  const seen: string[] = [];
+  const git = await privateGitServer({ onRequest: () => seen.push(...commandLinesHolding(TOKEN)) });
+  t.after(git.close);
+  const stack = await startTestStack({ pick: () => ({ text: "no model call here" }) });
+  t.after(() => stack.close());
+  const url = `http://${git.url}/stdin-plugin.git`;
+
+  const piped = await stack.cli(["plugin", "install", "--git-credential-stdin", url], { input: `${USER}:${TOKEN}\n` });
+  assert.equal(piped.code, 0, piped.stderr);
+  assert.equal(piped.stdout.split("\n")[0], `installed plugin stdin-plugin 0.1.0 from ${url}`);
+  assert.deepEqual(seen, [], "no process's command line held the credential");
+  assert.doesNotMatch(piped.stderr, /oz0: warning: the credential/);
+
+  const inUrl = await stack.cli(["plugin", "install", `http://${USER}:${TOKEN}@${git.url}/stdin-plugin.git`]);
+  assert.equal(inUrl.code, 0, inUrl.stderr);
+  assert.equal(inUrl.stdout.split("\n")[0], `installed plugin stdin-plugin 0.1.0 from ${url}`);
+  assert.match(
+    inUrl.stderr,
+    /^oz0: warning: the credential in the URL can be read by every user of this machine while oz0 runs \(ps, \/proc\); pipe it in instead: printf %s "\$TOKEN" \| oz0 plugin install --git-credential-stdin /,
+  );
+  assert.ok(!inUrl.stderr.includes(TOKEN), inUrl.stderr);
+
+  const empty = await stack.cli(["plugin", "install", "--git-credential-stdin", url], { input: "" });
+  assert.equal(empty.code, 2);
+  assert.match(empty.stderr, /no credential on standard input: pipe it in/);
+  const twice = await stack.cli(["plugin", "install", "--git-credential-stdin", `http://${USER}@${git.url}/x.git`], {
+    input: TOKEN,
+  });
+  assert.equal(twice.code, 2);
+  assert.match(twice.stderr, /the URL has a credential already: give it on standard input alone/);
 });

@@ -25,6 +25,7 @@ import { describeJob, stateName } from "./event-printer.js";
 import { EXIT } from "./exit-codes.js";
 import { followJob, listAllApprovals, TERMINAL } from "./job-watch.js";
 import { MAX_PAGE_SIZE } from "../jobs/job-pages.js";
+import { sourceWithoutCredentials } from "../plugins/plugin-registry.js";
 import { fieldText, inputText, jsonLine, shellWord, terminalLine, terminalText } from "./terminal-text.js";
 import { transcriptRows } from "./transcript-rows.js";
 import { budgetText, NOMINAL_NOTE, usageLine } from "./usage-format.js";
@@ -442,15 +443,54 @@ export async function agentsShow(options: {
   return EXIT.ok;
 }
 
+/**
+ * A git URL with `credential` (`user:password`, or a token alone, sent as the user) as its user and password: what
+ * `--git-credential-stdin` read, so that it was never on oz0's command line. The URL must be HTTP(S) and hold none.
+ */
+export function sourceWithCredential(source: string, credential: string): string {
+  let url: URL;
+  try {
+    url = new URL(source);
+  } catch {
+    throw new CliError(
+      `--git-credential-stdin needs a git URL (https://host/org/plugin.git), not ${source}`,
+      EXIT.usage,
+    );
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw new CliError(
+      `--git-credential-stdin is for HTTP(S) git URLs; ${url.protocol} URLs take no credential`,
+      EXIT.usage,
+    );
+  if (url.username !== "" || url.password !== "")
+    throw new CliError("the URL has a credential already: give it on standard input alone", EXIT.usage);
+  if (credential === "")
+    throw new CliError(
+      'no credential on standard input: pipe it in, for example printf %s "$TOKEN" | oz0 plugin install --git-credential-stdin <url>',
+      EXIT.usage,
+    );
+  const colon = credential.indexOf(":");
+  url.username = encodeURIComponent(colon === -1 ? credential : credential.slice(0, colon));
+  url.password = colon === -1 ? "" : encodeURIComponent(credential.slice(colon + 1));
+  return url.href;
+}
+
 export async function pluginInstall(options: {
   conn: Connection;
   source: string;
+  /** The git URL's credential, read from standard input (--git-credential-stdin). */
+  credential?: string | undefined;
   json: boolean;
   allowHostHooks?: boolean;
   io: Output;
 }): Promise<number> {
   const local = path.resolve(options.source);
-  const source = existsSync(local) ? local : options.source;
+  const source =
+    options.credential !== undefined
+      ? sourceWithCredential(options.source, options.credential)
+      : existsSync(local)
+        ? local
+        : options.source;
   const { plugin, published, reasons, warnings } = await options.conn.clients.plugins.installPlugin({
     source,
     allowHostHooks: options.allowHostHooks ?? false,
@@ -463,7 +503,7 @@ export async function pluginInstall(options: {
     );
   } else {
     options.io.out.write(
-      `${terminalLine(`installed plugin ${plugin.name} ${plugin.version} from ${options.source}`)}\n`,
+      `${terminalLine(`installed plugin ${plugin.name} ${plugin.version} from ${sourceWithoutCredentials(options.source)}`)}\n`,
     );
     for (const p of published) {
       const because = why(p.name);

@@ -39,7 +39,8 @@ import { LiveTerminal } from "./live-terminal.js";
 import { graphShow } from "./graph-commands.js";
 import { applyEnvironmentKeys, chosenModelScript, embeddedStackEnv } from "./embedded-defaults.js";
 import { EXIT } from "./exit-codes.js";
-import { terminalText } from "./terminal-text.js";
+import { shellWord, terminalText } from "./terminal-text.js";
+import { sourceWithoutCredentials } from "../plugins/plugin-registry.js";
 
 const io: Output = { out: process.stdout, err: process.stderr };
 const home = path.resolve(defaultHome());
@@ -295,11 +296,29 @@ plugin
     "--allow-host-hooks",
     "let the plugin's command hooks run: they run on the orchestrator's host (isolated by bubblewrap or Landlock when OZ0_HOOK_ISOLATION allows), not in a sandbox",
   )
-  .action(async (source: string, opts: { json?: boolean; allowHostHooks?: boolean }) =>
-    withConnection((conn) =>
-      pluginInstall({ conn, source, json: Boolean(opts.json), allowHostHooks: Boolean(opts.allowHostHooks), io }),
-    ),
-  );
+  .option(
+    "--git-credential-stdin",
+    "read the git URL's credential (user:password, or a token) from standard input, for a private repository",
+  )
+  .action(async (source: string, opts: { json?: boolean; allowHostHooks?: boolean; gitCredentialStdin?: boolean }) => {
+    // A command line is every local user's to read while oz0 runs (ps, /proc/<pid>/cmdline), a `user`- or
+    // `none`-mode session's too; standard input is not.
+    if (sourceWithoutCredentials(source) !== source)
+      io.err.write(
+        `oz0: warning: the credential in the URL can be read by every user of this machine while oz0 runs (ps, /proc); pipe it in instead: printf %s "$TOKEN" | oz0 plugin install --git-credential-stdin ${shellWord(sourceWithoutCredentials(source))}\n`,
+      );
+    const credential = opts.gitCredentialStdin ? (await readStdin()).trim() : undefined;
+    return withConnection((conn) =>
+      pluginInstall({
+        conn,
+        source,
+        credential,
+        json: Boolean(opts.json),
+        allowHostHooks: Boolean(opts.allowHostHooks),
+        io,
+      }),
+    );
+  });
 plugin
   .command("list")
   .option("--json")
