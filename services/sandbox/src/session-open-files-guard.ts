@@ -61,13 +61,19 @@ export function ptyShare(maxSessions: number): PtyShare | undefined {
     const read = (name: string): number => Number(readFileSync(`/proc/sys/kernel/pty/${name}`, "utf8").trim());
     const shared = read("max") - read("reserve");
     if (!(shared > 0)) return undefined;
-    return { lookAbove: Math.floor(shared / 2), perSession: Math.max(16, Math.floor(shared / (2 * maxSessions))) };
+    return {
+      total: shared,
+      lookAbove: Math.floor(shared / 2),
+      perSession: Math.max(16, Math.floor(shared / (2 * maxSessions))),
+    };
   } catch {
     return undefined; // not Linux's /proc
   }
 }
 
 export interface PtyShare {
+  /** The ptys every devpts but the host's draws from: kernel.pty.max less kernel.pty.reserve. */
+  total: number;
   /** Above this many ptys open on the node (kernel.pty.nr), the sessions' are counted. */
   lookAbove: number;
   /** The most a session may hold then. */
@@ -85,7 +91,7 @@ export interface OpenFilesGuardedSession {
 }
 
 export interface SessionOpenFilesGuardOptions {
-  /** The most descriptors a session's processes may hold together. */
+  /** The most descriptors a session's processes may hold together; 0: not counted (the ptys still are). */
   maxOpenFiles: number;
   /** Between checks. Default 1000 ms. */
   intervalMs?: number;
@@ -127,10 +133,9 @@ export class SessionOpenFilesGuard {
     const { running, finders } = runningSessions(this.#options.sessions());
     if (finders.size === 0) return;
     const max = this.#options.maxOpenFiles;
-    for (const { sessionId, descriptors } of await this.#options.readings.sessionsOverOpenFiles({
-      sessions: finders,
-      max,
-    })) {
+    for (const { sessionId, descriptors } of max > 0
+      ? await this.#options.readings.sessionsOverOpenFiles({ sessions: finders, max })
+      : []) {
       const session = running.get(sessionId)!;
       if (!session.running) continue; // ended while the reading ran
       this.#options.logger.warn(
@@ -161,7 +166,7 @@ export class SessionOpenFilesGuard {
       );
       try {
         session.stopForOpenFiles(
-          `the session's processes held ${held} pseudo-terminals (/dev/ptmx), above a session's share of ${ptys.perSession} while the node had ${open} of its ${ptys.lookAbove * 2} open (kernel.pty.max less kernel.pty.reserve, shared by every session and container of the node); the session was stopped`,
+          `the session's processes held ${held} pseudo-terminals (/dev/ptmx), above a session's share of ${ptys.perSession} while the node had ${open} of its ${ptys.total} open (kernel.pty.max less kernel.pty.reserve, shared by every session and container of the node); the session was stopped`,
         );
       } catch (error) {
         this.#options.logger.error({ err: error, sessionId }, "could not stop a session over its ptys");

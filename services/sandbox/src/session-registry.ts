@@ -189,11 +189,14 @@ export class SessionRegistry {
         sessions: () => this.#sessions.values(),
         logger: options.logger,
       });
-    if ((options.maxSessionOpenFiles ?? 0) > 0)
+    // The ptys are counted with the open files guard off too (OZ0_SESSION_MAX_OPEN_FILES=0): that limit is no say
+    // over the node's one count of pseudo-terminals.
+    const ptys = ptyShare(options.maxSessions);
+    if ((options.maxSessionOpenFiles ?? 0) > 0 || ptys !== undefined)
       this.#openFilesGuard = new SessionOpenFilesGuard({
         readings: this.#guardReadings,
-        maxOpenFiles: options.maxSessionOpenFiles!,
-        ptys: ptyShare(options.maxSessions),
+        maxOpenFiles: options.maxSessionOpenFiles ?? 0,
+        ptys,
         ...(options.openFilesCheckMs !== undefined ? { intervalMs: options.openFilesCheckMs } : {}),
         sessions: () => this.#sessions.values(),
         logger: options.logger,

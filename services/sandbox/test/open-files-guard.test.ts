@@ -91,30 +91,37 @@ for (const isolation of MODES)
 // Every devpts but the host's draws from one count of the node's (kernel.pty.max less kernel.pty.reserve): a session
 // under bubblewrap took them all with a few thousand descriptors, far below its open files limit, and no other
 // session, nor any container of the node, could open a pseudo-terminal until it ended (attacker review).
+// The open files limit turned off (0) leaves the ptys counted.
 const share = ptyShare(2);
-void it(
-  "stops a session holding more than its share of the node's pseudo-terminals, and the next gets one",
-  { timeout: 60_000, skip: share === undefined ? "the kernel does not say how many ptys it has" : false },
-  async () => {
-    const { lookAbove, perSession } = share!;
-    const t = await startTestSandbox({ isolation: "bwrap", maxSessions: 2, openFilesCheckMs: 50 });
-    try {
-      const count = lookAbove + Math.floor(perSession / 2);
-      const hoarder = await runToEnd(t.client, scenarioStart({ mode: "ptys", count }));
-      assert.deepEqual(hoarder.texts(), [`ptys ${count}`]);
-      const exited = hoarder.exited();
-      assert.equal(exited.status, SessionStatus.FAILED);
-      assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
-      assert.match(
-        exited.errorMessage,
-        new RegExp(
-          `^the session's processes held \\d+ pseudo-terminals \\(/dev/ptmx\\), above a session's share of ${perSession} while the node had \\d+ of its ${lookAbove * 2} open \\(kernel\\.pty\\.max less kernel\\.pty\\.reserve, shared by every session and container of the node\\); the session was stopped$`,
-        ),
-      );
-      const next = await runToEnd(t.client, scenarioStart({ mode: "ptys", count: 1, hold: false }));
-      assert.deepEqual(next.texts(), ["ptys 1"]);
-    } finally {
-      await t.close();
-    }
-  },
-);
+for (const maxSessionOpenFiles of [undefined, 0])
+  void it(
+    `stops a session holding more than its share of the node's pseudo-terminals, and the next gets one (open files limit ${maxSessionOpenFiles ?? "default"})`,
+    { timeout: 60_000, skip: share === undefined ? "the kernel does not say how many ptys it has" : false },
+    async () => {
+      const { lookAbove, perSession, total } = share!;
+      const t = await startTestSandbox({
+        isolation: "bwrap",
+        maxSessions: 2,
+        openFilesCheckMs: 50,
+        ...(maxSessionOpenFiles !== undefined ? { maxSessionOpenFiles } : {}),
+      });
+      try {
+        const count = lookAbove + Math.floor(perSession / 2);
+        const hoarder = await runToEnd(t.client, scenarioStart({ mode: "ptys", count }));
+        assert.deepEqual(hoarder.texts(), [`ptys ${count}`]);
+        const exited = hoarder.exited();
+        assert.equal(exited.status, SessionStatus.FAILED);
+        assert.equal(exited.errorCode, "open_files_limit", exited.errorMessage);
+        assert.match(
+          exited.errorMessage,
+          new RegExp(
+            `^the session's processes held \\d+ pseudo-terminals \\(/dev/ptmx\\), above a session's share of ${perSession} while the node had \\d+ of its ${total} open \\(kernel\\.pty\\.max less kernel\\.pty\\.reserve, shared by every session and container of the node\\); the session was stopped$`,
+          ),
+        );
+        const next = await runToEnd(t.client, scenarioStart({ mode: "ptys", count: 1, hold: false }));
+        assert.deepEqual(next.texts(), ["ptys 1"]);
+      } finally {
+        await t.close();
+      }
+    },
+  );
