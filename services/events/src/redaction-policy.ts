@@ -7,7 +7,7 @@
 // The policy is keyed by @oz0/events-client's list of types, so the compiler
 // refuses a policy that misses a type of the list or names one not in it.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { isLifecycleType, rawAttributes, type LifecycleType } from "@oz0/events-client";
 import type { PublicEvent, RawEvent, TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
 
@@ -22,6 +22,9 @@ const STATUS = /^[a-z][a-z_]{0,31}$/;
 const EVENT_TYPE = /^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$/;
 const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const MAX_PATH = 512;
+// The times proto3 JSON (RFC 3339) can write: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+const MIN_TIME_SECONDS = -62_135_596_800n;
+const MAX_TIME_SECONDS = 253_402_300_799n;
 const MAX_COUNT = 2 ** 31 - 1;
 
 type Extract = (attributes: JsonObject) => JsonValue | undefined;
@@ -285,6 +288,23 @@ const POLICY_ENTRIES: ReadonlyMap<string, readonly (readonly [string, Extract])[
   Object.entries(EVENT_POLICY).map(([type, allowlist]) => [type, Object.entries(allowlist)]),
 );
 
+/**
+ * The event's time when JSON can write it, else the time it is accepted (as for an event without one). A time
+ * past year 9999 made Publish fail as an internal error, which producers retry for ever with every event queued
+ * behind it; one with negative nanoseconds was stored as JSON no reader parses again, so Watch from before it,
+ * the job's Transcript and Kafka's consumers failed on it until retention removed it.
+ */
+function eventTime(time: Timestamp | undefined): Timestamp {
+  return time !== undefined &&
+    time.seconds >= MIN_TIME_SECONDS &&
+    time.seconds <= MAX_TIME_SECONDS &&
+    Number.isInteger(time.nanos) &&
+    time.nanos >= 0 &&
+    time.nanos <= 999_999_999
+    ? time
+    : timestampNow();
+}
+
 // An envelope id: kept when it is an identifier, else cleared.
 const ident = (value: string): string => (value === "" ? "" : (identifier(value) ?? ""));
 
@@ -319,7 +339,7 @@ export function redactEvent(raw: RawEvent): RedactionOutcome {
       $typeName: "oz0.events.v1.PublicEvent",
       id: raw.id,
       type: raw.type,
-      time: raw.time ?? timestampNow(),
+      time: eventTime(raw.time),
       source: ident(raw.source),
       jobId: ident(raw.jobId),
       sessionId: ident(raw.sessionId),
