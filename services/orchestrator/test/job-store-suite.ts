@@ -626,6 +626,8 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
         [claimed[1]!.seq],
         "given back, and claimed again; the delivered one is gone",
       );
+      // Delivered: while it was claimed, a later event of its job waited (PostgreSQL's claim, where replicas ship at once).
+      await store.deleteLifecycleEvents([claimed[1]!.seq]);
 
       // A claim that runs out (its shipper died) lets the events go to the next claim.
       await store.putLifecycleEvents([rawEvent("tool.called", { jobId: "j1" })]);
@@ -639,7 +641,7 @@ export function jobStoreSuite(name: string, factory: StoreFactory): void {
         again.map((c) => c.event.type),
         ["tool.called"],
       );
-      await store.deleteLifecycleEvents([claimed[1]!.seq, again[0]!.seq]);
+      await store.deleteLifecycleEvents([again[0]!.seq]);
       await new Promise((resolve) => setTimeout(resolve, 50));
       assert.deepEqual(
         claimedEvents(await store.claimLifecycleEvents({ limit: 10, claimMs: 1 })),

@@ -114,6 +114,59 @@ void test("postgres: a stale owner's fenced writes are refused once another repl
   }
 });
 
+void test("postgres: a claim leaves a job whose earlier events another replica holds, so a job's events are shipped in order", async () => {
+  const schema = freshSchema();
+  const a = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  const b = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });
+  const claim = { limit: 10, claimMs: 60_000 };
+  const typesOf = (claimed: { seq: number }[], all: Map<number, string>) => claimed.map((c) => all.get(c.seq));
+  try {
+    await a.putLifecycleEvents([
+      rawEvent("job.created", { jobId: "job-x" }),
+      rawEvent("job.created", { jobId: "job-y" }),
+      rawEvent("job.created"),
+    ]);
+    await a.putLifecycleEvents([rawEvent("job.completed", { jobId: "job-x" }), rawEvent("job.completed")]);
+    const names = new Map<number, string>();
+    const name = (claimed: Awaited<ReturnType<typeof a.claimLifecycleEvents>>) => {
+      for (const c of claimed) if ("event" in c) names.set(c.seq, `${c.event.jobId || "none"} ${c.event.type}`);
+      return typesOf(claimed, names);
+    };
+    // Replica a sends job-x's creation; replica b, claiming meanwhile, must not send its completion first.
+    const first = await a.claimLifecycleEvents({ limit: 1, claimMs: 60_000 });
+    assert.deepEqual(name(first), ["job-x job.created"]);
+    assert.deepEqual(name(await b.claimLifecycleEvents(claim)), [
+      "job-y job.created",
+      "none job.created",
+      "none job.completed",
+    ]);
+    await a.deleteLifecycleEvents(first.map((c) => c.seq));
+    assert.deepEqual(name(await b.claimLifecycleEvents(claim)), ["job-x job.completed"]);
+
+    // Claims at once: each job's events all go to one of them.
+    await a.putLifecycleEvents(
+      Array.from({ length: 120 }, (_, i) => rawEvent("tool.called", { jobId: `job-${i % 6}` })),
+    );
+    const claims = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => (i % 2 ? a : b).claimLifecycleEvents({ limit: 15, claimMs: 60_000 })),
+    );
+    const claimerOf = new Map<string, number>();
+    claims.forEach((claimed, i) => {
+      for (const c of claimed) {
+        if (!("event" in c)) continue;
+        const before = claimerOf.get(c.event.jobId);
+        assert.ok(before === undefined || before === i, `${c.event.jobId}'s events went to two claims`);
+        claimerOf.set(c.event.jobId, i);
+      }
+    });
+    assert.equal(claimerOf.size, 6, "every job's events were claimed");
+  } finally {
+    await a.close();
+    await b.close();
+    await dropSchema(schema);
+  }
+});
+
 void test("postgres: replicas claiming lifecycle events at once each get other events, and all of them", async () => {
   const schema = freshSchema();
   const a = await PostgresJobStore.open({ connectionString, schema, maxConnections: 4 });

@@ -36,6 +36,13 @@ export interface PostgresJobStoreOptions extends PostgresConnectionOptions {
   notifier?: ClusterNotifier;
 }
 
+/**
+ * A stored lifecycle event's job id: the first `"jobId":"…"` of its proto3 JSON (toJsonString writes it without
+ * spaces, before the attributes, whose JSON is an escaped string). A pattern rather than a JSON cast, so a row that
+ * does not parse cannot fail every claim. None (NULL) for an event of no job, which is never held back.
+ */
+const STORED_JOB_ID = '"jobId":"((?:[^"\\\\]|\\\\.)*)"';
+
 /** Which lease fences writes to a job (job-leases.ts). */
 export interface JobFences {
   fenceFor(jobId: string): LeaseFence | undefined;
@@ -150,13 +157,26 @@ export class PostgresJobStore extends SqlJobStore {
   }
 
   override async claimLifecycleEvents(options: { limit: number; claimMs: number }): Promise<StoredLifecycleEvent[]> {
-    // SKIP LOCKED: replicas claiming at once each get other events, and none waits for another. The claim's
-    // end is on the database's clock, which every replica shares.
-    const { rows } = await sql<{ seq: string; event: string }>`
-      UPDATE lifecycle_outbox SET claimed_until = now() + ${options.claimMs} * interval '1 millisecond'
-      WHERE seq IN (SELECT seq FROM lifecycle_outbox WHERE claimed_until IS NULL OR claimed_until < now()
-                    ORDER BY seq LIMIT ${options.limit} FOR UPDATE SKIP LOCKED)
-      RETURNING seq, event`.execute(this.db);
+    // Replicas ship at once, each its own claim, and the events service numbers events as their Publish calls
+    // arrive: a replica that claimed a job's later event while another still sent its earlier one put them on
+    // the stream (and Kafka) out of order, a job's completion before its creation. A claim leaves every job
+    // with an event claimed elsewhere, so a job's events go with one shipper at a time, oldest first. Claims
+    // take turns (an advisory lock, for the claim's statement only), so each sees the claims committed before
+    // it. The claim's end is on the database's clock, which every replica shares.
+    const rows = await this.db.transaction().execute(async (trx) => {
+      await advisoryXactLock(trx, "lifecycle_outbox claim");
+      const { rows } = await sql<{ seq: string; event: string }>`
+        UPDATE lifecycle_outbox SET claimed_until = now() + ${options.claimMs} * interval '1 millisecond'
+        WHERE seq IN (
+          SELECT seq FROM lifecycle_outbox
+          WHERE (claimed_until IS NULL OR claimed_until < now())
+            AND coalesce(substring(event from ${STORED_JOB_ID}), '') NOT IN (
+              SELECT substring(event from ${STORED_JOB_ID}) FROM lifecycle_outbox
+              WHERE claimed_until >= now() AND substring(event from ${STORED_JOB_ID}) <> '')
+          ORDER BY seq LIMIT ${options.limit} FOR UPDATE SKIP LOCKED)
+        RETURNING seq, event`.execute(trx);
+      return rows;
+    });
     return storedLifecycleEvents(rows.map((r) => ({ seq: Number(r.seq), json: r.event })));
   }
 
