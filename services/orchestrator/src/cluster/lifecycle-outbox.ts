@@ -59,8 +59,15 @@ export class LifecycleOutbox implements LifecycleSink {
   #lingering: NodeJS.Timeout | undefined;
   #again = false;
   #closed = false;
-  /** Stores of events on their own (publish) not yet finished, so close() ships them too. */
-  readonly #storing = new Set<Promise<void>>();
+  /**
+   * Events on their own (publish) waiting to be stored, in the order published. They are stored one put at a
+   * time, each with every event published while the one before it was stored: puts at once went to the store
+   * on connections of their own, and PostgreSQL numbered them as they happened to run, not as they were
+   * published (a harness operation's steps reached the transcript and Kafka out of order).
+   */
+  #unstored: { event: RawEvent; type: LifecycleType; jobId: string }[] = [];
+  /** The puts of `#unstored` running, so close() ships them too. */
+  #storing: Promise<void> | undefined;
   /** The last round failed and said so: the next failure is not logged again. */
   #failing = false;
   /** Stops a Publish still waiting when close() gives up. */
@@ -137,22 +144,33 @@ export class LifecycleOutbox implements LifecycleSink {
       );
       return;
     }
-    const stored = this.#o.store.putLifecycleEvents([this.event(type, init)]).then(
-      () => this.committed(),
-      (error: unknown) =>
-        this.#o.logger.warn(
-          { type, jobId: init.jobId, err: String(error) },
-          "could not keep a lifecycle event for the events service; it is lost",
-        ),
-    );
-    this.#storing.add(stored);
-    void stored.finally(() => this.#storing.delete(stored));
+    this.#unstored.push({ event: this.event(type, init), type, jobId: init.jobId });
+    this.#storing ??= this.#storeUnstored();
+  }
+
+  /** Stores what was published, a put at a time, until nothing waits. */
+  async #storeUnstored(): Promise<void> {
+    while (this.#unstored.length > 0) {
+      const part = this.#unstored;
+      this.#unstored = [];
+      try {
+        await this.#o.store.putLifecycleEvents(part.map((p) => p.event));
+        this.committed();
+      } catch (error) {
+        for (const { type, jobId } of part)
+          this.#o.logger.warn(
+            { type, jobId, err: String(error) },
+            "could not keep a lifecycle event for the events service; it is lost",
+          );
+      }
+    }
+    this.#storing = undefined;
   }
 
   /** Ships what is stored for at most `timeoutMs`, then stops; what is left stays stored for the next start or another replica. */
   async close(options: { timeoutMs?: number } = {}): Promise<void> {
     clearInterval(this.#poll);
-    await Promise.all(this.#storing);
+    await this.#storing;
     // A lingering nudge's events are shipped below, now.
     clearTimeout(this.#lingering);
     this.#lingering = undefined;
