@@ -97,6 +97,47 @@ export interface RawEventInit {
   traceparent?: string;
 }
 
+/**
+ * The most one Publish carries, by `rawEventBytes`: a batch stops short of it, and an event past it on its own is
+ * dropped (and logged). Well below the events service's message limit (16 MiB by default, OZ0_MAX_MESSAGE_BYTES),
+ * because a message over the limit is not answered ResourceExhausted there: the service's HTTP/2 session is reset
+ * (NGHTTP2_ENHANCE_YOUR_CALM), which reads as the service being away, so such a batch went again for ever with
+ * every event behind it (an LLM proxy's call whose model name, a harness's word, was 20 MB long).
+ */
+export const MAX_PUBLISH_BYTES = 4 * 1024 * 1024;
+
+/** What the rest of an event weighs in a message besides its strings: time, token counts, field tags and lengths. */
+const EVENT_FRAMING_BYTES = 128;
+
+/** A string's UTF-8 length, at most: a UTF-16 unit is at most 3 bytes, so a short one is not measured. */
+const utf8Bytes = (text: string): number => (text.length <= 64 ? text.length * 3 : Buffer.byteLength(text));
+
+/**
+ * About what an event weighs in a Publish message, never less: its strings' UTF-8 (envelope ids too, which a
+ * harness can make long: a tool call's id) and a margin for the rest.
+ */
+export function rawEventBytes(event: RawEvent): number {
+  let bytes =
+    EVENT_FRAMING_BYTES +
+    utf8Bytes(event.id) +
+    utf8Bytes(event.type) +
+    utf8Bytes(event.source) +
+    utf8Bytes(event.jobId) +
+    utf8Bytes(event.sessionId) +
+    utf8Bytes(event.toolCallId) +
+    utf8Bytes(event.operationInvocationId) +
+    utf8Bytes(event.graphRunId) +
+    utf8Bytes(event.graphStepId) +
+    utf8Bytes(event.agentName) +
+    utf8Bytes(event.agentVersion) +
+    utf8Bytes(event.status) +
+    utf8Bytes(event.attributesJson) +
+    utf8Bytes(event.traceparent);
+  // The Struct of a producer of another version: as JSON it is at least as long as encoded, near enough.
+  if (event.attributes) bytes += 2 * utf8Bytes(JSON.stringify(event.attributes));
+  return bytes;
+}
+
 /** The most a TokenCounts field holds (uint32). */
 const MAX_TOKEN_COUNT = 0xffff_ffff;
 
@@ -249,6 +290,18 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
     lingerTimer.unref();
   };
 
+  /** The queue's first events, at most `count` and MAX_PUBLISH_BYTES in all; none when the first is larger alone. */
+  const nextBatch = (count: number): RawEvent[] => {
+    let bytes = 0;
+    let taken = 0;
+    while (taken < count && taken < queue.length) {
+      bytes += rawEventBytes(queue[taken]!);
+      if (bytes > MAX_PUBLISH_BYTES) break;
+      taken++;
+    }
+    return queue.slice(0, taken);
+  };
+
   // One Publish in flight at a time keeps each producer's events in order.
   const drain = async (): Promise<void> => {
     if (sending) return;
@@ -258,7 +311,23 @@ export function createEventPublisher(options: EventPublisherOptions): EventPubli
     let batchSize = maxBatch;
     try {
       while (queue.length > 0 && !closed) {
-        const batch = queue.slice(0, batchSize);
+        const batch = nextBatch(batchSize);
+        if (batch.length === 0) {
+          // The first queued event is past MAX_PUBLISH_BYTES alone: sent, it would be refused every time.
+          const [tooLarge] = queue.splice(0, 1);
+          settle(1);
+          logger.error(
+            {
+              code: "EVENTS_EVENT_TOO_LARGE",
+              id: tooLarge!.id,
+              type: tooLarge!.type,
+              bytes: rawEventBytes(tooLarge!),
+              maxBytes: MAX_PUBLISH_BYTES,
+            },
+            "an event is larger than one Publish carries; it is dropped (its attributes or ids are too long)",
+          );
+          continue;
+        }
         inFlight = batch.length;
         try {
           const response = await sender.send(batch, { signal: abort.signal });

@@ -8,9 +8,11 @@ export {
   createEventPublisher,
   eventsTransport,
   logPublishResponse,
+  MAX_PUBLISH_BYTES,
   newEventId,
   rawAttributes,
   rawEvent,
+  rawEventBytes,
 } from "./event-publisher.js";
 export { createPublishSender, PUBLISH_STREAM_IDLE_MS } from "./publish-sender.js";
 export type { PublishAnswer, PublishSender } from "./publish-sender.js";
