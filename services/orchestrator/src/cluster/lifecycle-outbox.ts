@@ -13,6 +13,7 @@ import {
   eventsTransport,
   logPublishResponse,
   rawEvent,
+  rawEventBytes,
   type LifecycleType,
   type PublishSender,
 } from "@oz0/events-client";
@@ -234,7 +235,10 @@ export class LifecycleOutbox implements LifecycleSink {
       );
       await this.#o.store.deleteLifecycleEvents([stored.seq]);
     }
-    const sizes = readable.map((c) => eventBytes(c.event));
+    // Envelope ids weigh too: counted by their attributes alone, thirty tool calls whose ids a harness made 1 MiB
+    // long went as one message of 30 MiB, past the events service's limit, which ends the HTTP/2 session; read as
+    // an outage, the claim went again for ever and every job's later events waited behind it.
+    const sizes = readable.map((c) => rawEventBytes(c.event));
     let rest = readable;
     while (rest.length > 0) {
       const offset = readable.length - rest.length;
@@ -295,11 +299,6 @@ export const MAX_ATTRIBUTES_JSON_BYTES = 64 * 1024;
 const MAX_SEND_BYTES = 4 * 1024 * 1024;
 /** A value's JSON larger than this is left out of bounded attributes. */
 const SMALL_VALUE_BYTES = 1024;
-
-/** What a Publish carries of an event, near enough: its attributes' text and its envelope's fields. */
-function eventBytes(event: RawEvent): number {
-  return Buffer.byteLength(event.attributesJson) + 512;
-}
 
 /** The attributes' values (and an object's fields, one level down) whose JSON is small; the rest left out. */
 function smallValues(attributes: Record<string, unknown>): Record<string, unknown> {
