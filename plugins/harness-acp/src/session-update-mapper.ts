@@ -227,6 +227,7 @@ export class SessionUpdateMapper {
     this.#assistant = undefined;
     this.#thinking = undefined;
     let tracked = this.#toolCalls.get(id);
+    if (tracked?.finished === true) this.#refuseReuse(tracked, update, isNew);
     if (tracked === undefined) {
       if (!isNew)
         this.#sink.log("warn", "a tool_call_update for a tool call never announced; tracking it from here", {
@@ -277,6 +278,23 @@ export class SessionUpdateMapper {
       tracked.finished = true;
       this.#sink.toolResult({ callId: id, output: toolOutput(tracked), isError: tracked.status === "failed" });
     }
+  }
+
+  /**
+   * A finished call's id announced again, or set pending or running again: a second call
+   * under that id. Its permission and its result would be the first call's,
+   * so it would pass the fail-closed check and reach the runtime not at all.
+   */
+  #refuseReuse(tracked: TrackedToolCall, update: RawRecord, isNew: boolean): void {
+    const status = str(update["status"]);
+    if (!isNew && status !== "pending" && status !== "in_progress") return;
+    const what = isNew
+      ? `announced tool call ${JSON.stringify(tracked.id)} again`
+      : `reported tool call ${JSON.stringify(tracked.id)} as ${status}`;
+    throw new AcpSessionError(
+      "invalid_message",
+      `the agent ${what} after it finished (${tracked.status}); tool call ids must be unique in a session: a call reusing an id would run unasked and unseen, under the first call's permission and result`,
+    );
   }
 
   #merge(tracked: TrackedToolCall, update: RawRecord): void {

@@ -48,6 +48,12 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
       /^the agent reported tool call "run-1" \(execute\) as completed without asking permission for it; this harness lets no tool call run unless the runtime allowed it: run the agent in a mode that asks before every tool call$/,
   },
   {
+    mode: "reuse-call-id",
+    stopReason: StopReason.ERROR,
+    error:
+      /^the agent announced tool call "c1" again after it finished \(completed\); tool call ids must be unique in a session: a call reusing an id would run unasked and unseen/,
+  },
+  {
     mode: "mode-switch",
     stopReason: StopReason.ERROR,
     error:

@@ -264,3 +264,41 @@ void test("an absolute or climbing Glob pattern counts as the path it looks in",
   );
   assert.deepEqual(mapper.toolCall("g")?.paths, ["/w/sub", "/w/sub/.."]);
 });
+
+void test("a finished call's id announced again or set running again ends the session: it would run under the first call's allow", () => {
+  const finishedAllowedCall = (): { mapper: SessionUpdateMapper; events: Array<[string, unknown]> } => {
+    const { sink, events } = recorder();
+    const mapper = new SessionUpdateMapper({ sink, model: "m" });
+    mapper.apply(
+      update({ sessionUpdate: "tool_call", toolCallId: "t1", kind: "execute", rawInput: { command: "ls" } }),
+    );
+    mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "allowed";
+    mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" }));
+    // Updates that do not set it going again are fine (claude-agent-acp's hook updates carry no status).
+    mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", content: [] }));
+    mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" }));
+    mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "failed" }));
+    return { mapper, events };
+  };
+  for (const [body, words] of [
+    [
+      { sessionUpdate: "tool_call", toolCallId: "t1", kind: "execute", rawInput: { command: "rm -rf build" } },
+      'announced tool call "t1" again',
+    ],
+    [
+      { sessionUpdate: "tool_call_update", toolCallId: "t1", status: "in_progress" },
+      'reported tool call "t1" as in_progress',
+    ],
+  ] as const) {
+    const { mapper, events } = finishedAllowedCall();
+    const before = events.length;
+    assert.throws(
+      () => mapper.apply(update(body)),
+      (e: unknown) =>
+        e instanceof AcpSessionError &&
+        e.code === "invalid_message" &&
+        e.message.startsWith(`the agent ${words} after it finished (failed); tool call ids must be unique`),
+    );
+    assert.deepEqual(events.slice(before), []);
+  }
+});
