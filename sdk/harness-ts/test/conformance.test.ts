@@ -229,6 +229,12 @@ void describe("the conformance kit", () => {
     },
     { fixture: "hides-deny-reason", caseId: "permission-deny", message: /does not contain the denial reason/ },
     {
+      fixture: "asks-without-input",
+      caseId: "permission-allow",
+      message:
+        /the permission_request for the write_file call carries the input \{\}, not the call's \{"path":"allowed\.txt","content":"allowed content"\}/,
+    },
+    {
       fixture: "asks-twice-per-call",
       caseId: "unique-ids",
       message:

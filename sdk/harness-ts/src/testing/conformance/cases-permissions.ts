@@ -3,10 +3,14 @@
 // and ask once per call, each request under ids of its own.
 import { existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { isDeepStrictEqual } from "node:util";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { PermissionAnswer_Outcome } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { PermissionRequest } from "@oz0/proto/oz0/harness/v1/harness_pb";
 import { checkCompletedNormally, checkSession, eventsOf, fileContent } from "./case-checks.js";
 import type { ConformanceCase } from "./case-checks.js";
 import { check, requestText, runScenario } from "./conformance-scenario.js";
+import type { ScenarioRun } from "./conformance-scenario.js";
 
 export const PERMISSION_CASES: readonly ConformanceCase[] = [
   {
@@ -43,9 +47,10 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
         },
         (run) => {
           checkCompletedNormally(run);
-          const asks = run.events.filter((e) => e.event.case === "permissionRequest");
+          const asks = eventsOf(run.events, "permissionRequest");
           check(asks.length > 0, "the harness ran a tool call without writing a permission_request first");
           check(askedBeforeRun, "the harness wrote allowed.txt before the permission was answered");
+          checkAskedAsCalled(run, asks, "allowed.txt", "allowed content");
           check(
             fileContent(path.join(run.workDir, "allowed.txt")) === "allowed content",
             "the allowed tool call did not run (allowed.txt was not written)",
@@ -250,6 +255,34 @@ export const PERMISSION_CASES: readonly ConformanceCase[] = [
     },
   },
 ];
+
+/**
+ * The permission request for the model's write names its tool and carries
+ * its input: the runtime's hooks, policy and the people who approve decide
+ * on the request alone, so a request that hides or changes the input (`{}`,
+ * a summary) has them approve a call they never saw.
+ */
+function checkAskedAsCalled(
+  run: ScenarioRun,
+  asks: ReadonlyArray<{ value: PermissionRequest }>,
+  file: string,
+  content: string,
+): void {
+  const profile = run.profile ?? noProfile();
+  const { tool } = profile.writeFile;
+  const called = profile.writeFile.input(run.workDir, file, content);
+  const ask = asks.find((a) => a.value.tool === tool);
+  check(
+    ask !== undefined,
+    `the model called ${tool} but no permission_request names it (requests name: ${asks.map((a) => a.value.tool).join(", ")}); a request carries the harness's own name for the tool it is about`,
+  );
+  const asked: JsonObject = ask.value.input ?? {};
+  const differing = Object.keys(called).filter((key) => !isDeepStrictEqual(asked[key], called[key]));
+  check(
+    differing.length === 0,
+    `the permission_request for the ${tool} call carries the input ${JSON.stringify(asked)}, not the call's ${JSON.stringify(called)} (${differing.join(", ")} missing or changed); the runtime's hooks and the people who approve decide on the request's input, so it must be the input the call runs with`,
+  );
+}
 
 function noProfile(): never {
   throw new Error("no tool profile: the harness offered no known tools");
