@@ -306,6 +306,13 @@ void describe("the conformance kit", () => {
         ]
       : []),
     {
+      fixture: "follows-symlinks-out",
+      caseId: "working-dir",
+      status: "failed",
+      message:
+        /the harness wrote up-link\/escaped-through-link\.txt, where up-link is a symlink in the working directory to the folder above it; compare real paths .*\(SessionRequest\.working_dir\)$/,
+    },
+    {
       fixture: "runtime-tools-without-asking",
       caseId: "runtime-tool-permission",
       status: "failed",

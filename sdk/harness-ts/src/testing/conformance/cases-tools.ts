@@ -1,7 +1,7 @@
 // Cases about tools: the events every tool call produces, the working
 // directory, the runtime's tools (offered, relayed, asked about) and
 // structured output.
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { checkCompletedNormally, checkSession, eventsOf } from "./case-checks.js";
@@ -15,6 +15,8 @@ const RUNTIME_TOOL_SPEC = {
   inputSchema: { type: "object", properties: { key: { type: "string" } }, required: ["key"] },
 };
 const OUTSIDE_SECRET = "oz0-conformance-outside-secret-5d1c";
+/** The working-dir case's symlink in the working directory to the folder above it. */
+const OUTSIDE_LINK = "up-link";
 
 export const TOOL_CASES: readonly ConformanceCase[] = [
   {
@@ -152,6 +154,28 @@ export const TOOL_CASES: readonly ConformanceCase[] = [
                 ],
               };
             }
+            // A link inside the working directory to the folder above it (a repository can hold one):
+            // a path through it is outside, though it reads as inside.
+            if (call === 4) {
+              symlinkSync(caseDir, path.join(workDir, OUTSIDE_LINK));
+              return {
+                toolCalls: [
+                  {
+                    name: profile.writeFile.tool,
+                    input: profile.writeFile.input(workDir, `${OUTSIDE_LINK}/escaped-through-link.txt`, "escaped"),
+                  },
+                ],
+              };
+            }
+            if (call === 5)
+              return {
+                toolCalls: [
+                  {
+                    name: profile.readFile.tool,
+                    input: profile.readFile.input(workDir, `${OUTSIDE_LINK}/outside-secret.txt`),
+                  },
+                ],
+              };
             return { text: "Done trying." };
           },
         },
@@ -166,8 +190,18 @@ export const TOOL_CASES: readonly ConformanceCase[] = [
             "the harness wrote an absolute path outside the working directory",
           );
           check(
-            !run.modelRequests.some((r) => requestText(r).includes(OUTSIDE_SECRET)),
+            !existsSync(path.join(run.caseDir, "escaped-through-link.txt")),
+            `the harness wrote ${OUTSIDE_LINK}/escaped-through-link.txt, where ${OUTSIDE_LINK} is a symlink in the working directory to the folder above it; compare real paths (realTarget in @oz0/harness), not the path as written`,
+          );
+          // The model's request after call N carries call N's result (and the history before it).
+          const leakedAfterCall = run.modelRequests.findIndex((r) => requestText(r).includes(OUTSIDE_SECRET));
+          check(
+            leakedAfterCall !== 3,
             "the harness read ../outside-secret.txt outside the working directory and sent it to the model",
+          );
+          check(
+            leakedAfterCall === -1,
+            `the harness read ${OUTSIDE_LINK}/outside-secret.txt through a symlink in the working directory to the folder above it, and sent it to the model; compare real paths (realTarget in @oz0/harness), not the path as written`,
           );
         },
       );
