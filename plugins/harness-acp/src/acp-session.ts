@@ -62,7 +62,12 @@ export function resultForStopReason(stopReason: string, text: string): ResultIni
 
 /** The mode that asks before every tool call, in the agents that name their modes (Claude Code, Gemini CLI). */
 const ASKING_MODE = "default";
-/** Modes of known agents that run tool calls without asking. */
+/**
+ * Modes of known agents that run tool calls without asking: Claude Code's,
+ * Gemini CLI's and Qwen Code's (`auto-edit`), codex-acp's (`auto` runs
+ * commands and edits in the working directory unasked, and is its default),
+ * goose's `auto`.
+ */
 const NON_ASKING_MODES = new Set([
   "bypassPermissions",
   "acceptEdits",
@@ -70,7 +75,10 @@ const NON_ASKING_MODES = new Set([
   "yolo",
   "autoEdit",
   "auto_edit",
+  "auto-edit",
+  "auto",
   "full-access",
+  "agent-full-access",
 ]);
 
 /**

@@ -77,7 +77,10 @@ void test("askingMode: the agent's default mode when offered, else its own unles
     mode: "default",
     current: "acceptEdits",
   });
-  assert.deepEqual(askingMode(modes("auto", "read-only", "auto")), { mode: "auto", current: "auto" });
+  // codex-acp starts in `auto`, which runs commands in the working directory unasked: refused, not run.
+  assert.deepEqual(askingMode(modes("auto", "read-only", "auto", "full-access")), { mode: undefined, current: "auto" });
+  assert.deepEqual(askingMode(modes("auto-edit", "plan", "auto-edit")), { mode: undefined, current: "auto-edit" });
+  assert.deepEqual(askingMode(modes("ask", "ask", "auto")), { mode: "ask", current: "ask" });
   assert.deepEqual(askingMode(modes("yolo", "yolo")), { mode: undefined, current: "yolo" });
   assert.deepEqual(askingMode(undefined), { mode: undefined, current: undefined });
 });
