@@ -48,6 +48,13 @@ export class HarnessOptionsError extends Error {
 }
 
 const KNOWN_OPTIONS = ["agent", "requires_approval", "tools"];
+
+/**
+ * Claude Code tools claude-agent-acp never announces as a tool call: every
+ * tool of the session asks, and a permission request for a call never
+ * announced ends the session (unannounced_tool_call).
+ */
+const UNASKABLE_CLAUDE_TOOLS = new Set(["TodoWrite"]);
 const KNOWN_AGENT_OPTIONS = ["command", "env", "model_env"];
 
 /** Placeholders a value in `agent.env` may use; filled from the session request. */
@@ -127,7 +134,15 @@ function check(
         message:
           "only the claude preset can restrict its tools; an agent command decides its own (every call still asks permission)",
       });
-    } else tools = rawTools;
+    } else {
+      const unaskable = rawTools.find((t) => UNASKABLE_CLAUDE_TOOLS.has(t));
+      if (unaskable !== undefined)
+        problems.push({
+          option: "tools",
+          message: `${unaskable}: claude-agent-acp reports its calls as a plan update, never as a tool call, so this harness cannot ask the runtime about one and the session would fail at the first; leave it out`,
+        });
+      else tools = rawTools;
+    }
   }
   return { parsed: agent === undefined ? undefined : { agent, requiresApproval, tools }, problems };
 }

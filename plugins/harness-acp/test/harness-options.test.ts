@@ -27,6 +27,11 @@ void test("a preset name or a command with env and model_env", () => {
     },
   );
   assert.deepEqual(parseHarnessOptions({ agent: "claude", tools: ["Read", "Bash"] }).tools, ["Read", "Bash"]);
+  // claude-agent-acp turns TodoWrite into a plan update: its permission request names a call never announced.
+  assert.throws(
+    () => parseHarnessOptions({ agent: "claude", tools: ["Read", "TodoWrite"] }),
+    /^HarnessOptionsError: invalid harness options for acp: harness\.tools: TodoWrite: claude-agent-acp reports its calls as a plan update, never as a tool call, .*leave it out$/,
+  );
   assert.throws(
     () => parseHarnessOptions({ agent: { command: ["x"] }, tools: ["Read"] }),
     /harness\.tools: only the claude preset can restrict its tools/,
