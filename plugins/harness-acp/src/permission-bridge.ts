@@ -38,14 +38,17 @@ export interface PermissionBridgeOptions {
 }
 
 /**
- * The first of `paths` outside `workingDir`, if any: `~` and `~/...` are the
- * agent's HOME (as agents expand them), relative paths are resolved against
- * the working directory, and symlinks are followed, so a link inside the
- * working directory to a place outside it is outside.
+ * The first of `paths` outside `workingDir`, if any: read as Claude Code
+ * reads a tool's path (leading and trailing whitespace dropped, so
+ * `" /etc/passwd"` is `/etc/passwd`), `~` and `~/...` are the agent's HOME
+ * (as agents expand them), relative paths are resolved against the working
+ * directory, and symlinks are followed, so a link inside the working
+ * directory to a place outside it is outside.
  */
 export function pathOutside(paths: readonly string[], workingDir: string, homeDir: string): string | undefined {
   const root = realTarget(path.resolve(workingDir));
-  return paths.find((p) => {
+  return paths.find((written) => {
+    const p = written.trim();
     const expanded = p === "~" ? homeDir : p.startsWith("~/") ? path.join(homeDir, p.slice(2)) : p;
     const relative = path.relative(root, realTarget(path.resolve(root, expanded)));
     return relative !== "" && (relative === ".." || relative.startsWith(`..${path.sep}`) || path.isAbsolute(relative));

@@ -221,6 +221,36 @@ void test("claude-agent-acp: an input starting with / is text for the model, not
   }
 });
 
+void test("claude-agent-acp: a path outside with leading whitespace (which Claude Code trims) is outside; the runtime is not even asked", async () => {
+  const run = await runHarness({
+    harnessOptions: { agent: "claude", tools: TOOLS },
+    setup: async ({ workingDir }) =>
+      writeFile(path.join(path.dirname(workingDir), "outside.txt"), "SPACED-OUTSIDE-SECRET\n"),
+    turns: ({ workingDir }) => [
+      { toolCalls: [{ name: "Read", input: { file_path: ` ${path.join(path.dirname(workingDir), "outside.txt")}` } }] },
+      {
+        toolCalls: [
+          {
+            name: "Write",
+            input: { file_path: `\t${path.join(path.dirname(workingDir), "planted.txt")}`, content: "x" },
+          },
+        ],
+      },
+      { text: "Done." },
+    ],
+    // The runtime would allow anything: the boundary is the harness's own.
+    answer: () => ({ allow: true }),
+  });
+  try {
+    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
+    assert.deepEqual(ofCase(run.events, "permissionRequest"), []);
+    assert.equal(JSON.stringify(run.model.requests).includes("SPACED-OUTSIDE-SECRET"), false);
+    assert.equal(existsSync(path.join(path.dirname(run.workingDir), "planted.txt")), false);
+  } finally {
+    await removeRun(run);
+  }
+});
+
 void test("claude-agent-acp: a symlink inside the working directory to a place outside is outside; the runtime is not even asked", async () => {
   const run = await runHarness({
     harnessOptions: { agent: "claude", tools: TOOLS },

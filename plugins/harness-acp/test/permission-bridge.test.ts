@@ -30,6 +30,11 @@ void test("pathOutside follows symlinks and expands ~ to the agent's HOME", asyn
       "~/.bashrc",
       "../x",
       "/etc/hostname",
+      // Claude Code trims a tool's path before it reads it.
+      " /etc/hostname",
+      "\t../x",
+      " ~/.bashrc",
+      "\n/tmp/planted.txt ",
     ])
       assert.equal(outside(p), p, p);
   } finally {
