@@ -31,7 +31,7 @@ export interface PermissionBridgeOptions {
    * agent gets `session/cancel` as the protocol asks, whichever comes first.
    */
   onSessionCancelled?: (reason: string) => void;
-  /** The session's working directory: calls on paths outside it are refused without asking. */
+  /** The session's working directory: calls on paths outside it are asked about, then refused whatever the answer. */
   workingDir: string;
   /** The agent's HOME, where agents expand `~` (agent-environment.ts). */
   homeDir: string;
@@ -80,17 +80,6 @@ export async function answerPermissionRequest(
   // Nothing but the runtime's allow lets this call run (session-update-mapper.ts fails a call that runs otherwise).
   tracked.permission = "refused";
   const outside = pathOutside(tracked.paths, bridge.workingDir, bridge.homeDir);
-  if (outside !== undefined) {
-    // The session works only in its working directory, whatever the agent's own rules.
-    bridge.session.log("warn", "refused a tool call outside the working directory", {
-      toolCallId: tracked.id,
-      path: outside,
-    });
-    return refuseWith(
-      reject,
-      `${outside} is outside the session's working directory; work only inside ${bridge.workingDir}`,
-    );
-  }
   const requested: JsonObject = tracked.input;
   let decision: PermissionDecision;
   try {
@@ -119,6 +108,16 @@ export async function answerPermissionRequest(
     return { outcome: { outcome: "cancelled" }, _meta: { oz0: { reason: decision.reason, allowed: false } } };
   }
   const refuse = (reason: string): AcpPermissionResponse => refuseWith(reject, reason);
+  if (outside !== undefined) {
+    // The session works only in its working directory, whatever the runtime or the agent's own rules
+    // allow. The runtime is asked all the same: the orchestrator stops a job at a tool result that no
+    // permission request covers, an error result included (a refusal looks like a failed run).
+    bridge.session.log("warn", "refused a tool call outside the working directory", {
+      toolCallId: tracked.id,
+      path: outside,
+    });
+    return refuse(`${outside} is outside the session's working directory; work only inside ${bridge.workingDir}`);
+  }
   if (!decision.allow) return refuse(decision.reason);
   if (!isDeepStrictEqual(decision.input, requested)) {
     // ACP has no way to run a call with another input than the agent asked for.

@@ -221,7 +221,7 @@ void test("claude-agent-acp: an input starting with / is text for the model, not
   }
 });
 
-void test("claude-agent-acp: a path outside with leading whitespace (which Claude Code trims) is outside; the runtime is not even asked", async () => {
+void test("claude-agent-acp: a path outside with leading whitespace (which Claude Code trims) is outside: asked about, refused though allowed", async () => {
   const run = await runHarness({
     harnessOptions: { agent: "claude", tools: TOOLS },
     setup: async ({ workingDir }) =>
@@ -243,7 +243,15 @@ void test("claude-agent-acp: a path outside with leading whitespace (which Claud
   });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
-    assert.deepEqual(ofCase(run.events, "permissionRequest"), []);
+    // Asked (the orchestrator stops a job at a tool result no request covers), then refused.
+    assert.deepEqual(
+      ofCase(run.events, "permissionRequest").map((p) => p.tool),
+      ["Read", "Write"],
+    );
+    assert.deepEqual(
+      ofCase(run.events, "toolResult").map((r) => r.isError),
+      [true, true],
+    );
     assert.equal(JSON.stringify(run.model.requests).includes("SPACED-OUTSIDE-SECRET"), false);
     assert.equal(existsSync(path.join(path.dirname(run.workingDir), "planted.txt")), false);
   } finally {
@@ -251,7 +259,7 @@ void test("claude-agent-acp: a path outside with leading whitespace (which Claud
   }
 });
 
-void test("claude-agent-acp: a symlink inside the working directory to a place outside is outside; the runtime is not even asked", async () => {
+void test("claude-agent-acp: a symlink inside the working directory to a place outside is outside: asked about, refused though allowed", async () => {
   const run = await runHarness({
     harnessOptions: { agent: "claude", tools: TOOLS },
     setup: async ({ workingDir }) => {
@@ -274,7 +282,15 @@ void test("claude-agent-acp: a symlink inside the working directory to a place o
   });
   try {
     assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
-    assert.deepEqual(ofCase(run.events, "permissionRequest"), []);
+    // Asked (the orchestrator stops a job at a tool result no request covers), then refused.
+    assert.deepEqual(
+      ofCase(run.events, "permissionRequest").map((p) => p.tool),
+      ["Read", "Write"],
+    );
+    assert.deepEqual(
+      ofCase(run.events, "toolResult").map((r) => r.isError),
+      [true, true],
+    );
     assert.equal(existsSync(path.join(path.dirname(run.workingDir), "outdir", "planted.txt")), false);
     assert.equal(JSON.stringify(run.model.requests).includes("OUTDIR-SECRET"), false);
     assert.match(run.stderr, /"message":"refused a tool call outside the working directory"/);

@@ -2,6 +2,8 @@
 // real stack (events, LLM proxy, sandbox, orchestrator as processes): the
 // scripted model runs a command with Bash, which is under requires_approval
 // and waits for a person's approval; the job succeeds and the proxy meters it.
+// A second job's Read outside the working directory is refused, and that job
+// succeeds too (the harness asked before refusing it).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -32,20 +34,25 @@ limits:
   timeout: 10m
 harness:
   agent: claude
-  tools: [Bash]
+  tools: [Read, Bash]
   requires_approval: [Bash]
 `;
 
+/** The second job's input: the model reads a file outside the working directory, which the harness refuses. */
+const OUTSIDE_INPUT = "Read the host name";
+
 function turn(request: ScriptedRequest): ScriptedTurn {
   const messages = (request.body?.messages as { role: string }[] | undefined) ?? [];
-  return messages.some((m) => m.role === "assistant")
-    ? { text: "Greeting written." }
-    : {
-        text: "Writing it.",
-        toolCalls: [
-          { name: "Bash", input: { command: "echo hello from acp > greeting.txt", description: "Write the greeting" } },
-        ],
-      };
+  const outside = JSON.stringify(messages[0] ?? "").includes(OUTSIDE_INPUT);
+  if (messages.some((m) => m.role === "assistant"))
+    return { text: outside ? "It is outside my working directory." : "Greeting written." };
+  if (outside) return { toolCalls: [{ name: "Read", input: { file_path: "/etc/hostname" } }] };
+  return {
+    text: "Writing it.",
+    toolCalls: [
+      { name: "Bash", input: { command: "echo hello from acp > greeting.txt", description: "Write the greeting" } },
+    ],
+  };
 }
 
 interface Cli {
@@ -54,7 +61,7 @@ interface Cli {
   stderr: string;
 }
 
-void test("oz0 run with harness:acp: Bash under requires_approval runs after approval and the job succeeds, metered under its job and agent", async () => {
+void test("oz0 run with harness:acp: Bash under requires_approval runs after approval and the job succeeds, metered under its job and agent; a Read outside is refused, not a policy bypass", async () => {
   // Under the repository, so the installed copy of this plugin finds its node_modules
   // (plugins/harness-claude/NEEDS.md).
   mkdirSync(path.join(repoRoot, ".oz0"), { recursive: true });
@@ -150,6 +157,17 @@ void test("oz0 run with harness:acp: Bash under requires_approval runs after app
       assert.equal(request.headers["x-api-key"], CUSTODY_KEY);
       assert.equal(JSON.stringify(request).includes(PLANTED_SECRET), false);
     }
+
+    // A Read outside the working directory: the policy allows it (not under requires_approval), the
+    // harness refuses it, and the job goes on. The harness asked first: a tool result that no permission
+    // request covers (its refusal's error result included) stops the job as a policy bypass.
+    const outside = await cli(["run", "coder", OUTSIDE_INPUT, "--detach"]);
+    assert.equal(outside.code, 0, outside.stderr);
+    const outsideJob = outside.stdout.trim();
+    const outsideWatched = await cli(["jobs", "watch", outsideJob]);
+    assert.equal(outsideWatched.code, 0, `${outsideWatched.stdout}\n${outsideWatched.stderr}`);
+    assert.match(outsideWatched.stdout, new RegExp(`job ${outsideJob} succeeded`));
+    assert.match(outsideWatched.stdout, /✗ .*is outside the session's working directory|✗ .*refused/);
   } finally {
     await stack.close();
     await model.close();
