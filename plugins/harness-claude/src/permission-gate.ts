@@ -74,7 +74,6 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
     }
     options.announceToolCall(context.toolUseID, toolName, input);
     const outside = runtimeName === undefined ? options.boundary.check(toolName, input) : undefined;
-    if (outside) return { behavior: "deny", message: outside };
     // Without `permissions` in the request, @oz0/harness allows at once without asking.
     const decision = await session.requestPermission({
       tool: runtimeName ?? toolName,
@@ -82,6 +81,9 @@ export function createPermissionGate(options: PermissionGateOptions): Permission
       title: context.title ?? toolTitle(runtimeName ?? toolName, input),
       callId: context.toolUseID,
     });
+    // Refused whatever the answer, but only once the runtime was asked: the orchestrator stops a job at a
+    // tool result that no permission request covers, an error result included.
+    if (outside) return { behavior: "deny", message: outside };
     if (decision.allow) {
       // The runtime may answer with another input (the protocol's updated input): it stays inside too.
       const changedOutside = runtimeName === undefined ? options.boundary.check(toolName, decision.input) : undefined;

@@ -100,3 +100,30 @@ void test("an input the runtime changed in its answer stays inside the working d
   assert.match(redirected.message, /\/etc\/hostname is outside it/);
   assert.deepEqual(await ask(), { behavior: "allow", updatedInput: { file_path: path.join(work, "notes.txt") } });
 });
+
+void test("a call outside the working directory is asked about, then refused though allowed (the orchestrator audits every result)", async (t) => {
+  const root = await mkdtemp(path.join(os.tmpdir(), "oz0-boundary-"));
+  t.after(() => rm(root, { recursive: true, force: true }));
+  const work = path.join(root, "work");
+  await mkdir(work);
+  const asked: string[] = [];
+  const gate = createPermissionGate({
+    session: {
+      requestPermission: (request) => {
+        asked.push(request.callId ?? "");
+        return Promise.resolve({ allow: true, input: request.input } as PermissionDecision);
+      },
+    },
+    tools: ["Read"],
+    runtimeToolName: () => undefined,
+    boundary: workspaceBoundary({ workingDir: work }),
+    announceToolCall: () => undefined,
+  });
+  const refused = await gate.canUseTool("Read", { file_path: "/etc/hostname" }, {
+    signal: new AbortController().signal,
+    toolUseID: "toolu_out",
+  } as Parameters<typeof gate.canUseTool>[2]);
+  assert.deepEqual(asked, ["toolu_out"]);
+  assert.ok(refused?.behavior === "deny", "the call outside is refused");
+  assert.match(refused.message, /\/etc\/hostname is outside it/);
+});
