@@ -313,6 +313,13 @@ void describe("the conformance kit", () => {
         /the harness wrote up-link\/escaped-through-link\.txt, where up-link is a symlink in the working directory to the folder above it; compare real paths .*\(SessionRequest\.working_dir\)$/,
     },
     {
+      fixture: "refuses-outside-unasked",
+      caseId: "working-dir",
+      status: "failed",
+      message:
+        /reported a result for tool call "[^"]+" without a permission_request for it \(it refused the call itself\?\); the orchestrator stops the job .*\(SessionRequest\.working_dir\)$/,
+    },
+    {
       fixture: "runtime-tools-without-asking",
       caseId: "runtime-tool-permission",
       status: "failed",

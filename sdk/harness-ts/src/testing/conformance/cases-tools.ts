@@ -7,6 +7,7 @@ import { isDeepStrictEqual } from "node:util";
 import { checkCompletedNormally, checkSession, eventsOf } from "./case-checks.js";
 import type { ConformanceCase } from "./case-checks.js";
 import { check, requestText, runScenario } from "./conformance-scenario.js";
+import type { ScenarioRun } from "./conformance-scenario.js";
 
 const RUNTIME_TOOL = "oz0_conformance_lookup";
 const RUNTIME_TOOL_SPEC = {
@@ -121,11 +122,14 @@ export const TOOL_CASES: readonly ConformanceCase[] = [
     level: "required",
     needsTools: true,
     async run(settings) {
+      // With permissions on (when declared): the runtime allows every call, so the harness alone keeps them in.
+      const permissions = settings.capabilities?.permissions === true;
       await runScenario(
         settings,
         {
           id: "working-dir",
           input: "Write files outside the working directory.",
+          permissions,
           needsTools: true,
           turn: (_request, { profile, workDir, caseDir, call }) => {
             if (call === 1)
@@ -203,6 +207,7 @@ export const TOOL_CASES: readonly ConformanceCase[] = [
             leakedAfterCall === -1,
             `the harness read ${OUTSIDE_LINK}/outside-secret.txt through a symlink in the working directory to the folder above it, and sent it to the model; compare real paths (realTarget in @oz0/harness), not the path as written`,
           );
+          if (permissions) checkResultsAsked(run);
         },
       );
     },
@@ -332,3 +337,19 @@ export const TOOL_CASES: readonly ConformanceCase[] = [
     },
   },
 ];
+
+/**
+ * Every tool result is of a call the runtime was asked about, a call the
+ * harness refuses itself included: the orchestrator stops a job at a result
+ * no permission request covers, whether or not it is an error, because it
+ * cannot tell a refusal from a call that ran and failed.
+ */
+function checkResultsAsked(run: ScenarioRun): void {
+  const asked = new Set(eventsOf(run.events, "permissionRequest").flatMap((a) => [a.value.callId, a.value.id]));
+  for (const { value: result } of eventsOf(run.events, "toolResult")) {
+    check(
+      asked.has(result.callId),
+      `the harness reported a result for tool call ${JSON.stringify(result.callId)} without a permission_request for it (it refused the call itself?); the orchestrator stops the job at such a result as a policy bypass, an error result included: ask first even about a call you will refuse, then report the refusal as an error result`,
+    );
+  }
+}
