@@ -185,15 +185,32 @@ export class SessionUpdateMapper {
   /** Token counts of the prompt turn, from `PromptResponse.usage` (an ACP addition some agents send). */
   promptUsage(usage: unknown): void {
     if (!isRecord(usage)) return;
-    const n = (key: string): number => (typeof usage[key] === "number" ? (usage[key] as number) : 0);
-    this.#sink.usage({
-      model: this.#model,
+    // A count the protocol cannot carry (fractional, negative, past 2^53) would fail the whole session
+    // after its work is done: the harness SDK cannot encode it, or the runtime refuses the event.
+    const unreadable: string[] = [];
+    const n = (key: string): number => {
+      const value = usage[key];
+      if (value === undefined || value === null) return 0;
+      if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return value;
+      unreadable.push(`${key}=${JSON.stringify(value)}`);
+      return 0;
+    };
+    const counts = {
       inputTokens: n("inputTokens"),
       outputTokens: n("outputTokens"),
       cacheReadTokens: n("cachedReadTokens"),
       cacheWriteTokens: n("cachedWriteTokens"),
       reasoningTokens: n("thoughtTokens"),
-    });
+    };
+    if (unreadable.length > 0)
+      this.#sink.log(
+        "warn",
+        "the prompt's usage has token counts that are not whole numbers of 0 or more; counted as 0",
+        {
+          counts: unreadable.join(", "),
+        },
+      );
+    this.#sink.usage({ model: this.#model, ...counts });
   }
 
   #chunk(update: RawRecord, role: "assistant" | "thinking"): void {

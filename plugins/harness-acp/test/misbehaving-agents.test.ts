@@ -41,6 +41,8 @@ const CASES: Array<{ mode: string; stopReason: StopReason; error: RegExp }> = [
   { mode: "stop:max_turn_requests", stopReason: StopReason.MAX_TURNS, error: /turn limit/ },
   { mode: "stop:max_tokens", stopReason: StopReason.ERROR, error: /cut off at its output token limit/ },
   { mode: "answer-and-exit", stopReason: StopReason.COMPLETED, error: /^$/ },
+  // Counts the protocol cannot carry are 0 (and logged): the finished turn is not failed for them.
+  { mode: "odd-usage", stopReason: StopReason.COMPLETED, error: /^$/ },
   {
     mode: "unasked-run",
     stopReason: StopReason.ERROR,
@@ -91,6 +93,15 @@ for (const { mode, stopReason, error } of CASES) {
       assert.match(result?.error ?? "", error);
       // Whatever the agent said before it misbehaved still reached the stream.
       if (mode === "unasked-run") assert.deepEqual(ofCase(run.events, "toolResult"), []);
+      if (mode === "odd-usage") {
+        const usage = ofCase(run.events, "usage").map((u) => [
+          u.inputTokens,
+          u.outputTokens,
+          u.cacheReadTokens,
+          u.reasoningTokens,
+        ]);
+        assert.deepEqual(usage, [[0n, 0n, 0n, 7n]]);
+      }
       assert.deepEqual(
         ofCase(run.events, "text").map((t) => t.text),
         ["Starting."].slice(0, SILENT.has(mode) ? 0 : 1),
