@@ -287,6 +287,18 @@ void describe("console sessions", () => {
   });
 });
 
+void describe("logged-out OIDC tokens", () => {
+  void it("refuses a JWT its session store says was logged out, before anything else is asked of it", async () => {
+    const jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJl";
+    const auth = new Authenticator({
+      sessions: { sessionOf: () => undefined, loggedOut: (digest) => digest === credentialDigest(jwt) },
+    });
+    const result = await auth.authenticate(jwt);
+    assert.ok("refused" in result, JSON.stringify(result));
+    assert.match(result.refused, /was logged out/);
+  });
+});
+
 void describe("identity settings from the environment", () => {
   void it("reads peers, owner and service token, and names a malformed variable", () => {
     const token = newCredential();

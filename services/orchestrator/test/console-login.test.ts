@@ -127,6 +127,32 @@ void test("with a sessions file, a session outlives its ConsoleLogin (a restart)
   );
 });
 
+void test("logging out an OIDC token refuses it until it expires, across a restart; the owner's and a configured token stay", (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-console-logged-out-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, "console-sessions.json");
+  let now = 1_000_000;
+  const login = new ConsoleLogin({ sessionsFile: file, now: () => now });
+  const idToken = credentialDigest("ada's ID token");
+  assert.equal(login.logout(idToken, { ...alice, credentialEnds: now + 60_000 }), true);
+  assert.equal(login.loggedOut(idToken), true);
+  const restarted = new ConsoleLogin({ sessionsFile: file, now: () => now });
+  assert.equal(restarted.loggedOut(idToken), true, "a restart does not take it back");
+  now += 60_000;
+  assert.equal(
+    restarted.loggedOut(idToken),
+    false,
+    "expired: the issuer's check refuses it anyway, and it is forgotten",
+  );
+
+  const owner: Principal = { kind: "person", id: "owner", groups: [], roles: new Set(["admin"]), via: "owner" };
+  assert.equal(login.logout(credentialDigest("owner-token"), owner), false);
+  assert.equal(login.loggedOut(credentialDigest("owner-token")), false, "the owner credential is not ended by a page");
+  const vic: Principal = { kind: "person", id: "vic", groups: [], roles: new Set(["viewer"]), via: "token" };
+  assert.equal(login.logout(credentialDigest("vic-token"), vic), false);
+  assert.equal(login.loggedOut(credentialDigest("vic-token")), false);
+});
+
 void test("a link that cannot be redeemed points to `oz0 console`, the command that makes a new one", () => {
   const registration = loginService({ redeem: () => undefined } as unknown as ConsoleLogin) as unknown as {
     impl: { redeemLoginCode(request: { code: string }): unknown };

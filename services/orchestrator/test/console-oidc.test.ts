@@ -8,7 +8,8 @@
 // is refused, saying so; an expired ID token is renewed with the refresh
 // token, and one that cannot be renewed sends the person through the issuer
 // again, back to the same page; Log out revokes the refresh token at the
-// issuer and ends the issuer's session; the one-time link keeps working beside it.
+// issuer, ends the issuer's session and makes the API refuse the ID token; the
+// one-time link keeps working beside it.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -332,10 +333,13 @@ void test("Log out revokes the refresh token at the issuer and ends the issuer's
   const { context, page } = await freshPage();
   await logInAtIssuer(page, "ada");
   await loggedInAs(page, "ada");
-  const { refreshToken } = await storedSession(page);
+  const { refreshToken, token: idToken } = await storedSession(page);
   assert.ok(refreshToken);
+  assert.ok(idToken);
   const revocations: string[] = [];
+  const urls: string[] = [];
   page.on("request", (request) => {
+    urls.push(request.url());
     if (request.method() === "POST" && request.url().startsWith(`${provider.issuer}/token/revocation`))
       revocations.push(request.postData() ?? "");
   });
@@ -349,6 +353,14 @@ void test("Log out revokes the refresh token at the issuer and ends the issuer's
   assert.deepEqual(await storedSession(page), {}, "the page forgot the ID token and the refresh token");
   assert.equal(revocations.length, 1, "the page asked the issuer to revoke the refresh token once");
   assert.match(revocations[0]!, /token_type_hint=refresh_token/);
+  // The end-session address carries the ID token (id_token_hint), so the browser's history and the issuer's access
+  // log hold it after Log out: the API refuses it from then on, though it has not expired.
+  assert.ok(urls.some((url) => url.includes(idToken)));
+  await assert.rejects(
+    clients(idToken).login.whoAmI({}),
+    (e: unknown) =>
+      ConnectError.from(e).code === Code.Unauthenticated && /logged out/.test(ConnectError.from(e).rawMessage),
+  );
   await assertAccessible(page, "logged out (OIDC)");
   await screenshot(page, "login-oidc-logged-out");
 

@@ -36,6 +36,11 @@ export type SessionOrigin = "oidc" | "token" | "owner";
 export interface SessionCredentials {
   /** The session's person as it opened (`via: "console"`), and how they had proved who they were. */
   sessionOf(digest: string): { principal: Extract<Principal, { kind: "person" }>; origin: SessionOrigin } | undefined;
+  /**
+   * Whether the OIDC token with this digest was logged out (the console's Log out) and has not expired yet: it is
+   * refused, however valid its signature, because the page that held it let it go (into an address, among others).
+   */
+  loggedOut?(digest: string): boolean;
 }
 
 export type Authentication = { principal: Principal } | { refused: string };
@@ -93,6 +98,8 @@ export class Authenticator {
           };
     }
     if (!looksLikeJwt(token)) return { refused: "the credential is not one this service accepts (not a known token)" };
+    if (this.#sessions?.loggedOut?.(digest))
+      return { refused: "this ID token was logged out (Log out in the console): log in again for a new one" };
     if (!this.#oidc)
       return { refused: "the credential is a JWT, but no OIDC issuer is configured here (oidc in OZ0_AUTH_CONFIG)" };
     const cached = this.#verified.get(token);

@@ -8,6 +8,7 @@
 // also kept in `sessionsFile` when given (the orchestrator's data directory),
 // so a restart keeps open consoles logged in; another replica does not know
 // them (OIDC is the way in past one machine). Codes never outlive the process.
+// OIDC tokens a console logged out are kept there too, refused until they expire.
 import { randomBytes } from "node:crypto";
 import { credentialDigest, type Principal, type SessionCredentials, type SessionOrigin } from "@oz0/serving";
 import { permissionDenied } from "../orchestrator-error.js";
@@ -45,6 +46,8 @@ export interface OpenedSession {
 export class ConsoleLogin implements SessionCredentials {
   readonly #codes = new Map<string, Entry>();
   readonly #sessions = new Map<string, Entry>();
+  /** OIDC tokens logged out, until they expire: the orchestrator cannot revoke them at the issuer. */
+  readonly #loggedOut = new Map<string, Entry>();
   readonly #codeTtlMs: number;
   readonly #sessionTtlMs: number;
   readonly #limit: number;
@@ -59,8 +62,11 @@ export class ConsoleLogin implements SessionCredentials {
     this.#perPerson = options.perPerson ?? 20;
     this.#now = options.now ?? Date.now;
     this.#sessionsFile = options.sessionsFile;
-    if (this.#sessionsFile)
-      for (const s of readSessionsFile(this.#sessionsFile, this.#now())) this.#remember(this.#sessions, s.digest, s);
+    if (this.#sessionsFile) {
+      const { sessions, loggedOut } = readSessionsFile(this.#sessionsFile, this.#now());
+      for (const s of sessions) this.#remember(this.#sessions, s.digest, s);
+      for (const s of loggedOut) this.#remember(this.#loggedOut, s.digest, s);
+    }
   }
 
   /**
@@ -107,20 +113,39 @@ export class ConsoleLogin implements SessionCredentials {
     return undefined;
   }
 
-  /** Ends the session whose token has this digest; false when it is not a console session. */
-  logout(digest: string): boolean {
-    const ended = this.#sessions.delete(digest);
-    if (ended) this.#saveSessions();
-    return ended;
+  /**
+   * Ends the credential with this digest that `caller` (the call's principal) used: a console session at once;
+   * an OIDC token (the console's ID token, or any) is refused from now until it expires (loggedOut). The page
+   * that logged it out sends it to the issuer's end-session endpoint in an address, so the browser's history and
+   * the issuer's access log hold it: it must be worth nothing there. Any other credential (the owner's, a
+   * configured token) is the configuration's to end, and stays. False when nothing was ended.
+   */
+  logout(digest: string, caller?: Principal): boolean {
+    if (this.#sessions.delete(digest)) {
+      this.#saveSessions();
+      return true;
+    }
+    if (caller?.kind !== "person" || caller.via !== "oidc" || caller.credentialEnds === undefined) return false;
+    if (caller.credentialEnds <= this.#now()) return false;
+    this.#remember(this.#loggedOut, digest, { principal: caller, origin: "oidc", until: caller.credentialEnds });
+    this.#saveSessions();
+    return true;
+  }
+
+  loggedOut(digest: string): boolean {
+    const entry = this.#loggedOut.get(digest);
+    if (!entry) return false;
+    if (entry.until > this.#now()) return true;
+    this.#loggedOut.delete(digest);
+    return false;
   }
 
   #saveSessions(): void {
     if (!this.#sessionsFile) return;
     const now = this.#now();
-    writeSessionsFile(
-      this.#sessionsFile,
-      [...this.#sessions].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e })),
-    );
+    const live = (map: Map<string, Entry>) =>
+      [...map].filter(([, e]) => e.until > now).map(([digest, e]) => ({ digest, ...e }));
+    writeSessionsFile(this.#sessionsFile, live(this.#sessions), live(this.#loggedOut));
   }
 
   /**

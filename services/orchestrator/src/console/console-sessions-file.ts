@@ -2,6 +2,7 @@
 // orchestrator does not log every open console out (the page resumes its
 // streams and carries on). Only each token's SHA-256 is written, with the
 // principal and when the session ends: the file opens no session by itself.
+// Beside them, the OIDC tokens a console logged out, until they expire.
 // Written whole to a temporary file and renamed, readable by this user only.
 import { readFileSync } from "node:fs";
 import type { Principal, Role, SessionOrigin } from "@oz0/serving";
@@ -27,14 +28,21 @@ interface FileEntry {
 
 const ORIGINS: readonly string[] = ["oidc", "token", "owner"] satisfies SessionOrigin[];
 
-/** The sessions in `file` that have not ended by `now`; none when it is missing or unreadable. */
-export function readSessionsFile(file: string, now: number): StoredSession[] {
-  let entries: unknown;
+/**
+ * The sessions in `file` that have not ended by `now`, and the OIDC tokens logged out that have not expired by
+ * then; none when it is missing or unreadable.
+ */
+export function readSessionsFile(file: string, now: number): { sessions: StoredSession[]; loggedOut: StoredSession[] } {
+  let stored: { sessions?: unknown; loggedOut?: unknown };
   try {
-    entries = (JSON.parse(readFileSync(file, "utf8")) as { sessions?: unknown }).sessions;
+    stored = JSON.parse(readFileSync(file, "utf8")) as typeof stored;
   } catch {
-    return [];
+    return { sessions: [], loggedOut: [] };
   }
+  return { sessions: entriesOf(stored?.sessions, now), loggedOut: entriesOf(stored?.loggedOut, now) };
+}
+
+function entriesOf(entries: unknown, now: number): StoredSession[] {
   if (!Array.isArray(entries)) return [];
   return (entries as FileEntry[])
     .filter(
@@ -57,14 +65,21 @@ export function readSessionsFile(file: string, now: number): StoredSession[] {
     }));
 }
 
-export function writeSessionsFile(file: string, sessions: Iterable<StoredSession>): void {
-  const entries: FileEntry[] = [...sessions].map((s) => ({
-    digest: s.digest,
-    id: s.principal.id,
-    groups: [...s.principal.groups],
-    roles: [...s.principal.roles],
-    origin: s.origin,
-    until: s.until,
-  }));
-  replaceFile(file, `${JSON.stringify({ sessions: entries })}\n`, { mode: 0o600 });
+export function writeSessionsFile(
+  file: string,
+  sessions: Iterable<StoredSession>,
+  loggedOut: Iterable<StoredSession> = [],
+): void {
+  const entries = (list: Iterable<StoredSession>): FileEntry[] =>
+    [...list].map((s) => ({
+      digest: s.digest,
+      id: s.principal.id,
+      groups: [...s.principal.groups],
+      roles: [...s.principal.roles],
+      origin: s.origin,
+      until: s.until,
+    }));
+  replaceFile(file, `${JSON.stringify({ sessions: entries(sessions), loggedOut: entries(loggedOut) })}\n`, {
+    mode: 0o600,
+  });
 }

@@ -34,7 +34,7 @@ export function loginService(login: ConsoleLogin): ServiceRegistration {
     },
     logout(_request, context) {
       const bearer = /^Bearer\s+(\S+)/i.exec(context.requestHeader.get("authorization") ?? "")?.[1];
-      if (bearer) login.logout(credentialDigest(bearer));
+      if (bearer) login.logout(credentialDigest(bearer), principalOf(context));
       return {};
     },
   });
