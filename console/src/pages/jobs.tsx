@@ -3,7 +3,7 @@
 // input). The page in view is read again whenever WatchJobs says a job
 // changed state, so changes show as they happen. The filters live in the
 // address (`#/jobs?state=…`), so a reload or a shared link keeps them.
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { JobState } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, duration, JOB_STATES, stateName, visible } from "../format.js";
@@ -19,12 +19,19 @@ const TYPING_MS = 300;
 
 export function JobsPage({ filter }: { filter: JobsFilter }) {
   const [text, setText] = useState(filter.text);
-  // Tokens of the pages before this one, and this one's ("" for the first).
-  const [tokens, setTokens] = useState<string[]>([""]);
+  // The text this page last put in the address, so a change of it from elsewhere is told from its own.
+  const appliedText = useRef(filter.text);
+  // Tokens of the pages before this one, and this one's ("" for the first), for the filter they were read with:
+  // the filter can change through the address (the Jobs link, a reload of another link) with this page still
+  // open, and a token of another filter's pages would open the new filter part way down.
+  const filterKey = href({ page: "jobs", filter });
+  const [paging, setPaging] = useState({ filterKey, tokens: [""] });
+  const tokens = paging.filterKey === filterKey ? paging.tokens : [""];
+  const setTokens = (next: string[]): void => setPaging({ filterKey, tokens: next });
   const token = tokens[tokens.length - 1] ?? "";
   const stateValue = JOB_STATES.find((s) => stateName(s) === filter.state) ?? JobState.UNSPECIFIED;
   const setFilter = (next: Partial<JobsFilter>): void => {
-    setTokens([""]);
+    if (next.text !== undefined) appliedText.current = next.text;
     replaceRoute({ page: "jobs", filter: { ...filter, ...next } });
   };
   // The text filter is applied once typing pauses.
@@ -33,6 +40,12 @@ export function JobsPage({ filter }: { filter: JobsFilter }) {
     const timer = setTimeout(() => setFilter({ text }), TYPING_MS);
     return () => clearTimeout(timer);
   }, [text]);
+  // The address's text changed from elsewhere: the box shows it, not what was typed for another filter.
+  useEffect(() => {
+    if (filter.text === appliedText.current) return;
+    appliedText.current = filter.text;
+    setText(filter.text);
+  }, [filter.text]);
   const agentNames = useRead(
     (signal) => agents.listAgents({}, { signal }).then((r) => r.agents.map((a) => a.name)),
     "agent-names",

@@ -143,6 +143,25 @@ void test("filters by state, agent and text run on the server and stay in the ad
   await page.close();
 });
 
+void test("a filter changed through the address starts again at the newest jobs, its text box showing it", async () => {
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/jobs?state=succeeded`);
+  await page.locator("tr[data-job]").first().waitFor();
+  await page.getByRole("button", { name: "Older →" }).click();
+  await page.getByTestId("page-number").filter({ hasText: "page 2" }).waitFor();
+  // The page's own Jobs link: every job, from the newest, not the second page of another filter.
+  await page.getByRole("navigation", { name: "Pages", exact: true }).getByRole("link", { name: "Jobs" }).click();
+  await page.waitForURL(/#\/jobs$/);
+  await page.getByTestId("page-number").filter({ hasText: "page 1" }).waitFor({ timeout: 5_000 });
+  await eventually(async () => ((await shownIds(page))[0] === storedJob(STORED - 1).id ? true : undefined));
+
+  await page.goto(`${t.url}/#/jobs?text=pears`);
+  await eventually(async () => ((await page.getByLabel("Text").inputValue()) === "pears" ? true : undefined));
+  await page.goto(`${t.url}/#/jobs`);
+  await eventually(async () => ((await page.getByLabel("Text").inputValue()) === "" ? true : undefined));
+  await page.close();
+});
+
 void test("a job's state changes while the jobs page is open", async () => {
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   await page.locator("tr[data-job]").first().waitFor();
