@@ -2,12 +2,15 @@
 // version with its definition, rendered instructions, harness operations and
 // skills; and a line diff between any two of its versions. Versions are
 // immutable, so what is shown for a version is what every job pinned to it ran.
+// A plugin's author writes every text here: each is shown through visible()
+// (format.ts), so a bidirectional override or a control character in it is
+// shown as an escape, not obeyed, as in a job's patch.
 import { useState } from "preact/hooks";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { BudgetSource, type AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents } from "../api.js";
 import { diffLines, withContext } from "../diff.js";
-import { clock, dateOf, usd } from "../format.js";
+import { clock, dateOf, usd, visible } from "../format.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
 
@@ -59,10 +62,10 @@ export function AgentsPage() {
                   <Budget agent={a} />
                 </td>
                 <td>
-                  {a.plugin} {a.pluginVersion}
+                  {visible(a.plugin)} {visible(a.pluginVersion)}
                 </td>
                 <td>{clock(dateOf(a.publishedAt))}</td>
-                <td>{a.description}</td>
+                <td>{visible(a.description)}</td>
               </tr>
             ))}
           </tbody>
@@ -167,7 +170,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <dd>{agent.runtime}</dd>
         <dt>Plugin</dt>
         <dd>
-          {agent.plugin} {agent.pluginVersion}
+          {visible(agent.plugin)} {visible(agent.pluginVersion)}
         </dd>
         <dt>Published</dt>
         <dd>{clock(dateOf(agent.publishedAt))}</dd>
@@ -178,7 +181,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         {agent.description ? (
           <>
             <dt>Description</dt>
-            <dd>{agent.description}</dd>
+            <dd>{visible(agent.description)}</dd>
           </>
         ) : null}
       </dl>
@@ -189,7 +192,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <ul data-testid="operations">
           {operations.map((op) => (
             <li key={String(op.key)}>
-              <code>{String(op.key)}</code> {op.description ? String(op.description) : ""}{" "}
+              <code>{visible(String(op.key))}</code> {op.description ? visible(String(op.description)) : ""}{" "}
               {op.timeout_ms ? <span class="muted">(timeout {Number(op.timeout_ms) / 1000} s)</span> : null}
             </li>
           ))}
@@ -202,14 +205,14 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <ul data-testid="skills">
           {skills.map((s, i) => (
             <li key={i}>
-              <code>{typeof s === "string" ? s : stable(s)}</code>
+              <code>{visible(typeof s === "string" ? s : stable(s))}</code>
             </li>
           ))}
         </ul>
       )}
       <h2>Instructions</h2>
       {typeof instructions === "string" ? (
-        <pre data-testid="instructions">{instructions}</pre>
+        <pre data-testid="instructions">{visible(instructions)}</pre>
       ) : (
         <p class="muted">None.</p>
       )}
@@ -217,7 +220,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <summary>
           <h2 class="inline">Definition</h2> <span class="muted">(the whole of it, as published)</span>
         </summary>
-        <pre data-testid="definition">{stable(rest)}</pre>
+        <pre data-testid="definition">{visible(stable(rest))}</pre>
       </details>
     </>
   );
@@ -254,10 +257,13 @@ function VersionDiff({ from, to }: { from: AgentVersion; to: AgentVersion }) {
   );
 }
 
-/** What a diff compares: the definition, then the rendered instructions. */
+/**
+ * What a diff compares: the definition, then the rendered instructions, visible(): a plugin's author writes them,
+ * and a new version is reviewed here before it runs, so an override in it must not make it read as another.
+ */
 function documentOf(agent: AgentVersion): string {
   const { instructions_text: instructions, ...rest } = (agent.definition ?? {}) as JsonObject;
-  return `${stable(rest)}\n# instructions\n${typeof instructions === "string" ? instructions : ""}`;
+  return visible(`${stable(rest)}\n# instructions\n${typeof instructions === "string" ? instructions : ""}`);
 }
 
 /** Indented JSON with keys in order, so two versions line up. */

@@ -300,6 +300,11 @@ void test("the agents page: every agent; every version of one, and the diff betw
   cpSync(shipments, copy, { recursive: true });
   const file = path.join(copy, "agents", "shipment-orchestrator.yaml");
   writeFileSync(file, readFileSync(file, "utf8").replace("timeout_ms: 60000", "timeout_ms: 45000"));
+  // A plugin's author writes its definitions: an override in the instructions (what the model is told) must not
+  // make the new version read as another where it is reviewed. 4 lines differ: the timeout's (removed, added)
+  // and the two the instructions gain (a blank one, then this).
+  const prompt = path.join(copy, "prompts", "orchestrator.md");
+  writeFileSync(prompt, `${readFileSync(prompt, "utf8")}\nKeep\u202e every file \u202cof the customer.\n`);
   const installed = await owner().plugins.installPlugin({ source: copy });
   const latest = installed.published.find((p) => p.name === "shipment-orchestrator")?.version;
   assert.ok(latest && latest > 1, "a new version");
@@ -319,9 +324,11 @@ void test("the agents page: every agent; every version of one, and the diff betw
   await diff.waitFor();
   assert.equal(await diff.locator(".diff-del", { hasText: "60000" }).count(), 1);
   assert.equal(await diff.locator(".diff-add", { hasText: "45000" }).count(), 1);
+  assert.equal(await diff.locator(".diff-add", { hasText: "Keep\\u202e every file \\u202cof" }).count(), 1);
+  assert.ok(!(await page.locator("main").innerText()).includes("\u202e"), "the override is shown, not obeyed");
   assert.match(
     (await page.getByTestId("diff-summary").textContent()) ?? "",
-    new RegExp(`v${latest - 1} → v${latest}: 2 lines differ`),
+    new RegExp(`v${latest - 1} → v${latest}: 4 lines differ`),
   );
   await assertAccessible(page, "agent versions");
   await screenshot(page, "agent-versions");
