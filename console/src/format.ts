@@ -63,10 +63,27 @@ export function visible(text: string): string {
   return escapeRefusedCharacters(text, { keepLinesAndTabs: true });
 }
 
-/** A tool's input or output as indented JSON, visible(): the escapes are JSON's own, so it parses back to the same value. */
+/**
+ * Characters a page draws as nothing (Unicode's Default_Ignorable_Code_Point): zero-width spaces and joiners, the
+ * soft hyphen, variation selectors, tag characters. Tag characters spell ASCII that no page shows and a model reads.
+ */
+const INVISIBLE = /\p{Default_Ignorable_Code_Point}/gu;
+
+/**
+ * visible(), and every character a page draws as nothing written as an escape too (a character beyond U+FFFF as
+ * its two halves, as JSON writes them): for what runs, a tool's name and input, where a hidden character is part of
+ * the call a person approves without seeing it. Not for prose: emoji are joined and styled by such characters.
+ */
+export function visibleExactly(text: string): string {
+  return visible(text).replace(INVISIBLE, (c) =>
+    Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, "0")}`).join(""),
+  );
+}
+
+/** A tool's input or output as indented JSON, visibleExactly(): the escapes are JSON's own, so it parses back to the same value. */
 export function json(value: unknown): string {
   if (value === undefined || value === null) return "";
-  return visible(typeof value === "string" ? value : JSON.stringify(value, null, 2));
+  return visibleExactly(typeof value === "string" ? value : JSON.stringify(value, null, 2));
 }
 
 export function shortId(id: string): string {

@@ -8,7 +8,7 @@ import { useState } from "preact/hooks";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
-import { clock, dateOf, duration, json, visible } from "../format.js";
+import { clock, dateOf, duration, json, visible, visibleExactly } from "../format.js";
 import { href } from "../router.js";
 
 /** `now`: the page's one clock (useNow), shared by every card, so a long queue does not run a timer per card. */
@@ -53,7 +53,7 @@ export function ApprovalCard({
   return (
     <article class="approval" aria-labelledby={titleId} data-call={approval.callId}>
       <h2 id={titleId}>
-        <code>{visible(approval.tool)}</code>{" "}
+        <code>{visibleExactly(approval.tool)}</code>{" "}
         {approval.title ? <span class="muted">{visible(approval.title)}</span> : null}
       </h2>
       <dl class="facts">

@@ -7,7 +7,7 @@
 // the orchestrator streams it (WatchJobTranscript).
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { agents, jobs } from "../api.js";
-import { clock, dateOf, isTerminal, json, stateName, visible } from "../format.js";
+import { clock, dateOf, isTerminal, json, stateName, visible, visibleExactly } from "../format.js";
 import {
   childPlace,
   loopIterations,
@@ -123,7 +123,7 @@ function RunView({ runId, definition }: { runId: string; definition: JsonObject 
           <ol data-testid="decisions">
             {decisions.map((d) => (
               <li key={d.callId}>
-                <code>{visible(d.tool)}</code> {json(d.input as JsonValue)}{" "}
+                <code>{visibleExactly(d.tool)}</code> {json(d.input as JsonValue)}{" "}
                 {d.error ? <span class="error">refused: {visible(d.error)}</span> : <span class="muted">accepted</span>}
               </li>
             ))}

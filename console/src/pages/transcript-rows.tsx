@@ -2,7 +2,7 @@
 // their permission decision (who answered, whether the input was changed)
 // and result, runtime answers, the session's result and its artifacts.
 import { Decider, type PermissionDecision } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { clock, duration, json, stateName, stopReasonName, visible } from "../format.js";
+import { clock, duration, json, stateName, stopReasonName, visible, visibleExactly } from "../format.js";
 import type { Row, ToolRow } from "../transcript.js";
 
 export function TranscriptRow({ row }: { row: Row }) {
@@ -32,7 +32,7 @@ export function TranscriptRow({ row }: { row: Row }) {
     case "served":
       return (
         <li class="row row-tool">
-          <span class="who">runtime</span> <code>{visible(row.tool)}</code>{" "}
+          <span class="who">runtime</span> <code>{visibleExactly(row.tool)}</code>{" "}
           {row.error ? <span class="error">{visible(row.error)}</span> : <pre>{json(row.output)}</pre>}
         </li>
       );
@@ -57,7 +57,7 @@ export function TranscriptRow({ row }: { row: Row }) {
 function ToolCallRow({ row }: { row: ToolRow }) {
   return (
     <li class="row row-tool" data-call={row.callId}>
-      <span class="who">tool</span> <code>{visible(row.tool)}</code>{" "}
+      <span class="who">tool</span> <code>{visibleExactly(row.tool)}</code>{" "}
       {row.title ? <span class="muted">{visible(row.title)}</span> : null} <CallOutcome row={row} />
       <CallDetails row={row} />
     </li>
