@@ -59,5 +59,13 @@ function refused(error: unknown, what: string): ConnectError {
       Code.Unavailable,
     );
   }
+  // The orchestrator asked with its own credential: a refusal of it is this deployment's to mend, and passed on as
+  // it is, it told the caller their credential was refused (`oz0 login`; the console logged its person out).
+  if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) {
+    return new ConnectError(
+      `the events service refused the orchestrator's own credential when asked for ${what} (${err.rawMessage}): give the orchestrator the token the events service knows it by (OZ0_SERVICE_TOKEN, or OZ0_SERVICE_TOKEN_FOR_EVENTS; the events service's OZ0_PEER_ORCHESTRATOR_SHA256 is its SHA-256)`,
+      Code.Internal,
+    );
+  }
   return new ConnectError(`the events service refused ${what}: ${err.rawMessage}`, err.code);
 }
