@@ -29,7 +29,7 @@ export type Route =
 
 export function parseRoute(hash: string): Route {
   const [pathPart = "", query = ""] = hash.replace(/^#/, "").split("?");
-  const parts = pathPart.split("/").filter(Boolean).map(decodeURIComponent);
+  const parts = pathPart.split("/").filter(Boolean).map(decodedPart);
   if (parts[0] === "login") return { page: "login", code: new URLSearchParams(query).get("code") ?? undefined };
   if (parts[0] === "jobs" && parts[1]) return { page: "job", jobId: parts[1] };
   if (parts[0] === "approvals") return { page: "approvals" };
@@ -44,6 +44,15 @@ export function parseRoute(hash: string): Route {
     page: "jobs",
     filter: { state: q.get("state") ?? "", agent: q.get("agent") ?? "", text: q.get("text") ?? "" },
   };
+}
+
+/** A part of the route decoded, or as written when it holds a `%` that is no escape (decodeURIComponent throws). */
+function decodedPart(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
 }
 
 export function href(route: Route): string {
