@@ -7,6 +7,7 @@
 import { useEffect, useRef } from "preact/hooks";
 import type { Job } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs } from "./api.js";
+import { usePageVisible } from "./page-visible.js";
 import { waitBeforeRetry } from "./retry-delay.js";
 
 const GATHER_MS = 100;
@@ -14,7 +15,10 @@ const GATHER_MS = 100;
 export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
   const latest = useRef(changed);
   latest.current = changed;
+  const visible = usePageVisible();
   useEffect(() => {
+    // A tab not shown holds no stream (page-visible.ts); shown again, the stream's first message reads the list again.
+    if (!visible) return;
     const abort = new AbortController();
     let pending: Job[] = [];
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -46,5 +50,5 @@ export function useJobChanges(changed: (jobs: readonly Job[]) => void): void {
       abort.abort();
       clearTimeout(timer);
     };
-  }, []);
+  }, [visible]);
 }

@@ -2,11 +2,13 @@
 // number seen; when the stream breaks (the orchestrator restarted, the
 // network dropped) it reads the job again and resumes from that number, so
 // no event is missed or shown twice. Events are batched into one render per
-// task, so a burst of text deltas does not render once per delta.
+// task, so a burst of text deltas does not render once per delta. A tab that
+// is not shown closes the stream, and resumes it from there when shown.
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { Job, JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "./api.js";
 import { isTerminal } from "./format.js";
+import { usePageVisible } from "./page-visible.js";
 import { waitBeforeRetry } from "./retry-delay.js";
 
 export type StreamState = "connecting" | "live" | "reconnecting" | "ended";
@@ -30,14 +32,21 @@ export function useJobStream(jobId: string): JobStream {
   const [problem, setProblem] = useState<string | undefined>(undefined);
   const [reconnects, setReconnects] = useState(0);
   const events = useRef<JobEvent[]>([]);
+  // Where the job's stream is, kept while the tab is not shown (its stream closed, page-visible.ts).
+  const followed = useRef<{ jobId: string; lastSeq: bigint; ended: boolean } | undefined>(undefined);
+  const visible = usePageVisible();
 
   useEffect(() => {
+    if (followed.current?.jobId !== jobId) {
+      followed.current = { jobId, lastSeq: 0n, ended: false };
+      events.current = [];
+      setVersion(0);
+      setJob(undefined);
+      setStream("connecting");
+    }
+    const position = followed.current;
+    if (!visible || position.ended) return;
     const abort = new AbortController();
-    events.current = [];
-    setVersion(0);
-    setJob(undefined);
-    setStream("connecting");
-    let lastSeq = 0n;
     let flush: ReturnType<typeof setTimeout> | undefined;
     const readJob = async (): Promise<Job | undefined> => {
       const { job: current } = await jobs.getJob({ jobId }, { signal: abort.signal });
@@ -52,9 +61,12 @@ export function useJobStream(jobId: string): JobStream {
           setStream("live");
           setProblem(undefined);
           attempt = 0;
-          for await (const { event } of jobs.watchJob({ jobId, afterSeq: lastSeq }, { signal: abort.signal })) {
-            if (!event || event.seq <= lastSeq) continue;
-            lastSeq = event.seq;
+          for await (const { event } of jobs.watchJob(
+            { jobId, afterSeq: position.lastSeq },
+            { signal: abort.signal },
+          )) {
+            if (!event || event.seq <= position.lastSeq) continue;
+            position.lastSeq = event.seq;
             events.current.push(event);
             flush ??= setTimeout(() => {
               flush = undefined;
@@ -66,6 +78,7 @@ export function useJobStream(jobId: string): JobStream {
           // The stream ends when the job has ended; read the job's last word.
           const final = await readJob();
           if (final && isTerminal(final.state)) {
+            position.ended = true;
             setStream("ended");
             return;
           }
@@ -83,9 +96,11 @@ export function useJobStream(jobId: string): JobStream {
     void follow();
     return () => {
       abort.abort();
+      // Events gathered for a render that the abort cancels are shown at once: they are in events already.
+      if (flush !== undefined) setVersion((v) => v + 1);
       clearTimeout(flush);
     };
-  }, [jobId]);
+  }, [jobId, visible]);
 
   return { job, events: events.current, version, stream, problem, reconnects, setJob };
 }

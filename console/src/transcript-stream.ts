@@ -3,12 +3,14 @@
 // WatchJobTranscript: the orchestrator sends it now and again each time it
 // changed, so the page never asks again on a timer. When the stream breaks
 // (the orchestrator restarted, the network dropped) it is opened again and
-// its first answer is the whole transcript. A job whose orchestrator has no
+// its first answer is the whole transcript; so too when a tab that was not
+// shown (its stream closed) is shown again. A job whose orchestrator has no
 // events service (FailedPrecondition) or that does not exist is not asked again.
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { TranscriptResponse } from "@oz0/proto/oz0/events/v1/events_pb";
 import { jobs, messageOf } from "./api.js";
+import { usePageVisible } from "./page-visible.js";
 import { waitBeforeRetry } from "./retry-delay.js";
 
 export interface TranscriptStream {
@@ -19,10 +21,18 @@ export interface TranscriptStream {
 export function useTranscriptStream(jobId: string): TranscriptStream {
   const [value, setValue] = useState<TranscriptResponse | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
+  const followed = useRef<string | undefined>(undefined);
+  const visible = usePageVisible();
   useEffect(() => {
+    // Another job: nothing of the last one's is shown. The same job shown again keeps its transcript until the
+    // stream's first answer (a tab not shown closes its streams, page-visible.ts).
+    if (followed.current !== jobId) {
+      followed.current = jobId;
+      setValue(undefined);
+      setError(undefined);
+    }
+    if (!visible) return;
     const abort = new AbortController();
-    setValue(undefined);
-    setError(undefined);
     const follow = async (): Promise<void> => {
       for (let attempt = 0; !abort.signal.aborted; attempt++) {
         try {
@@ -42,6 +52,6 @@ export function useTranscriptStream(jobId: string): TranscriptStream {
     };
     void follow();
     return () => abort.abort();
-  }, [jobId]);
+  }, [jobId, visible]);
   return { value, error };
 }

@@ -207,6 +207,54 @@ void test("a job waiting for approval is in the queue, is approved in the page, 
   await page.close();
 });
 
+/** Tells the page its tab was put behind another (or brought back), as the browser does when the person switches tabs. */
+async function setTabShown(page: Page, shown: boolean): Promise<void> {
+  // A script's text: the test's compiler names functions it defines with a helper the page has not.
+  await page.evaluate(`
+    Object.defineProperty(document, "visibilityState", { configurable: true, get() { return "${shown ? "visible" : "hidden"}"; } });
+    document.dispatchEvent(new Event("visibilitychange"));
+  `);
+}
+
+void test("tabs not shown let go of their streams: with three job pages open a fourth tab still opens, and each resumes when shown", async () => {
+  const jobIds = [await startJob("tab-one"), await startJob("tab-two"), await startJob("tab-three")];
+  // One browser profile: its tabs share the six connections a browser opens to one origin over plain HTTP.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const { code } = await clients(t.stack.ownerToken).login.createLoginCode({});
+    const tabs: Page[] = [];
+    for (const jobId of jobIds) {
+      // The person opens each in a new tab, which puts the last one behind it.
+      for (const behind of tabs) await setTabShown(behind, false);
+      const tab = await context.newPage();
+      tab.on("pageerror", (error) => assert.fail(`the page threw: ${error.message}`));
+      await tab.goto(tabs.length === 0 ? `${t.url}/#/login?code=${code}` : `${t.url}/`);
+      await tab.getByTestId("principal").waitFor();
+      await tab.goto(`${t.url}/#/jobs/${jobId}`);
+      await tab.locator("article.approval").waitFor();
+      await tab.getByTestId("stream").filter({ hasText: "live" }).waitFor();
+      tabs.push(tab);
+    }
+    // Two streams each (the job's, its transcript's) held all six connections: a fourth tab never loaded (nor did
+    // the third's waiting calls, nor an Approve in any of them).
+    await setTabShown(tabs[2]!, false);
+    const fourth = await context.newPage();
+    await fourth.goto(`${t.url}/#/approvals`, { timeout: 15_000 });
+    const card = fourth.locator("article.approval", { hasText: jobIds[0]! });
+    await card.getByRole("button", { name: "Approve" }).click();
+    await card.waitFor({ state: "detached" });
+    await fourth.close();
+    // Shown again, the first tab's job page follows its job from where it was: the call approved, the job done.
+    await setTabShown(tabs[0]!, true);
+    await tabs[0]!.getByTestId("job-state").filter({ hasText: "succeeded" }).waitFor();
+    assert.equal(await tabs[0]!.getByTestId("decision").filter({ hasText: "allowed by owner" }).count(), 1);
+    assert.equal(await tabs[0]!.locator(".row-text").count(), 1, "the model's answer once, not again on resuming");
+  } finally {
+    await context.close();
+  }
+  for (const jobId of jobIds.slice(1)) await clients(t.stack.ownerToken).jobs.cancelJob({ jobId, reason: "test over" });
+});
+
 void test("cancelling a job in its page asks first, with a reason; keeping it running changes nothing", async () => {
   const jobId = await startJob("cancel-me");
   const page = await openConsole(t.stack.ownerToken);
