@@ -4,7 +4,7 @@
 // anyway). The input shown, and the one Edit starts from, is the input an
 // approval runs (`input_to_run`): a hook may have changed the harness's,
 // which is then shown beside it, marked as changed.
-import { useState } from "preact/hooks";
+import { useId, useState } from "preact/hooks";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Approval } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "../api.js";
@@ -29,7 +29,9 @@ export function ApprovalCard({
   const [edited, setEdited] = useState<string | undefined>(undefined);
   const requested = dateOf(approval.requestedAt);
   const deadline = dateOf(approval.deadline);
-  const titleId = `approval-${approval.callId}`;
+  // Not made of the call id: a harness picks it, two jobs may use one (the fake harness numbers them), and a space
+  // in it makes aria-labelledby name other elements.
+  const titleId = useId();
   // What Approve runs; an older orchestrator sends no input_to_run, and runs the harness's input.
   const inputToRun = approval.inputToRun ?? approval.input;
   const answer = async (allow: boolean, input?: JsonObject): Promise<void> => {

@@ -255,6 +255,27 @@ void test("tabs not shown let go of their streams: with three job pages open a f
   for (const jobId of jobIds.slice(1)) await clients(t.stack.ownerToken).jobs.cancelJob({ jobId, reason: "test over" });
 });
 
+void test("two jobs' calls with the same call id are two cards, each named by its own title", async () => {
+  // A harness picks its ids: the fake harness numbers its permission requests, so both jobs ask as perm-1.
+  const jobIds = [await startJob("same-call-id one"), await startJob("same-call-id two")];
+  const page = await openConsole(t.stack.ownerToken);
+  await page.getByRole("link", { name: "Approvals" }).click();
+  for (const jobId of jobIds) await page.locator("article.approval", { hasText: jobId }).waitFor();
+  // The card's heading was found by an id made of the call id: both cards were named by the first one's heading.
+  const duplicated = await page.evaluate(`(() => {
+    const ids = [...document.querySelectorAll("[id]")].map((e) => e.id);
+    return ids.filter((id, i) => ids.indexOf(id) !== i);
+  })()`);
+  assert.deepEqual(duplicated, [], "no id twice on the page");
+  const namedByAnother = await page.evaluate(`[...document.querySelectorAll("article.approval")].filter(
+    (card) => !card.querySelector("h2#" + CSS.escape(card.getAttribute("aria-labelledby")))
+  ).length`);
+  assert.equal(namedByAnother, 0, "each card is named by its own heading");
+  await assertAccessible(page, "approvals (same call ids)");
+  await page.close();
+  for (const jobId of jobIds) await clients(t.stack.ownerToken).jobs.cancelJob({ jobId, reason: "test over" });
+});
+
 void test("cancelling a job in its page asks first, with a reason; keeping it running changes nothing", async () => {
   const jobId = await startJob("cancel-me");
   const page = await openConsole(t.stack.ownerToken);
