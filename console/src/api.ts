@@ -8,6 +8,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { AgentService, JobService } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { LoginService } from "@oz0/proto/oz0/orchestrator/v1/login_pb";
+import { visible } from "./format.js";
 import { refreshOidcSession } from "./oidc-login.js";
 import { currentSession, forgetSession, saveSession } from "./session.js";
 
@@ -44,7 +45,11 @@ export const login: Client<typeof LoginService> = createClient(LoginService, tra
 export const agents: Client<typeof AgentService> = createClient(AgentService, transport);
 
 /** What a failed call says, for a person: the server's message, without the code's prefix. */
+/**
+ * What a failed call says, ready to show: an error may quote what the caller sent (a job id from the address, which
+ * anybody may write into a link) or a harness wrote, so its controls are shown as escapes (`visible`), never obeyed.
+ */
 export function messageOf(error: unknown): string {
   const e = ConnectError.from(error);
-  return e.rawMessage || e.message;
+  return visible(e.rawMessage || e.message);
 }

@@ -4,6 +4,7 @@
 // no event is missed or shown twice. Events are batched into one render per
 // task, so a burst of text deltas does not render once per delta. A tab that
 // is not shown closes the stream, and resumes it from there when shown.
+import { Code, ConnectError } from "@connectrpc/connect";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { Job, JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { jobs, messageOf } from "./api.js";
@@ -11,7 +12,11 @@ import { isTerminal } from "./format.js";
 import { usePageVisible } from "./page-visible.js";
 import { waitBeforeRetry } from "./retry-delay.js";
 
-export type StreamState = "connecting" | "live" | "reconnecting" | "ended";
+/** `refused`: the job cannot be followed (no such job, or not this person's to see); not tried again. */
+export type StreamState = "connecting" | "live" | "reconnecting" | "ended" | "refused";
+
+/** Answers that reading again will not change: the page says so once instead of "reconnecting…" for ever. */
+const FINAL_REFUSALS = new Set([Code.NotFound, Code.PermissionDenied, Code.InvalidArgument]);
 
 export interface JobStream {
   job: Job | undefined;
@@ -85,6 +90,11 @@ export function useJobStream(jobId: string): JobStream {
         } catch (error) {
           if (abort.signal.aborted) return;
           setProblem(messageOf(error));
+          if (FINAL_REFUSALS.has(ConnectError.from(error).code)) {
+            position.ended = true;
+            setStream("refused");
+            return;
+          }
         }
         if (abort.signal.aborted) return;
         setStream("reconnecting");

@@ -88,7 +88,8 @@ export function JobPage({ jobId, roles }: { jobId: string; roles: string[] }) {
   return (
     <section aria-labelledby="job-title">
       <h1 id="job-title">
-        Job <code>{jobId}</code>
+        {/* The id is the address's, anybody's to write into a link. */}
+        Job <code>{visible(jobId)}</code>
       </h1>
       {s.problem ? (
         <p role="alert" class="error">

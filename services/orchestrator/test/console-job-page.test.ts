@@ -325,7 +325,8 @@ void test("the agents page: every agent; every version of one, and the diff betw
   assert.equal(await diff.locator(".diff-del", { hasText: "60000" }).count(), 1);
   assert.equal(await diff.locator(".diff-add", { hasText: "45000" }).count(), 1);
   assert.equal(await diff.locator(".diff-add", { hasText: "Keep\\u202e every file \\u202cof" }).count(), 1);
-  assert.ok(!(await page.locator("main").innerText()).includes("\u202e"), "the override is shown, not obeyed");
+  const shown = await page.locator("main").innerText();
+  assert.ok(!shown.includes("\u202e"), `the override is shown, not obeyed: ${JSON.stringify(shown)}`);
   assert.match(
     (await page.getByTestId("diff-summary").textContent()) ?? "",
     new RegExp(`v${latest - 1} → v${latest}: 4 lines differ`),
@@ -379,5 +380,32 @@ void test("the page keeps up after the orchestrator restarts: the stream resumes
     .waitFor({ state: "detached", timeout: 10_000 })
     .catch(async () => assert.deepEqual(await alerts.allTextContents(), [], "no error left on the page"));
   await screenshot(page, "job-after-restart");
+  await page.close();
+});
+
+// A job's address is anybody's to write into a link: its id was shown as written (a right-to-left override reordering
+// the heading and the orchestrator's "not found" that quotes it), and the page asked for it again for ever, saying
+// "reconnecting…".
+void test("a link to a job that is not there says so once, with the id's controls shown, not obeyed", async () => {
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  const reads: string[] = [];
+  page.on("request", (request) => {
+    if (/\/(GetJob|WatchJob)$/.test(request.url())) reads.push(request.url());
+  });
+  const id = "job_\u202egnp.txt";
+  await page.goto(`${t.url}/#/jobs/${encodeURIComponent(id)}`);
+  const alert = page.getByRole("alert");
+  await alert.waitFor();
+  assert.match((await alert.textContent()) ?? "", /^job job_\\u202egnp\.txt not found/);
+  assert.equal(await page.locator("#job-title").textContent(), "Job job_\\u202egnp.txt");
+  const shown = await page.locator("main").innerText();
+  assert.ok(!shown.includes("\u202e"), `the override is shown, not obeyed: ${JSON.stringify(shown)}`);
+  // The first retry would come within a second (retry-delay.ts): none does.
+  await page.waitForTimeout(2_000);
+  assert.deepEqual(
+    reads.map((url) => url.split("/").at(-1)),
+    ["GetJob"],
+    "the job was asked for once",
+  );
   await page.close();
 });
