@@ -13,7 +13,7 @@
 // power cut (SQLite runs with synchronous = NORMAL; an `fdatasync` per call
 // measured 400–600 µs on this machine's disk, more than the whole call).
 //
-// Each process writes a file of its own (`in-flight/<owner>.v3.slots`), so a
+// Each process writes a file of its own (`in-flight/<owner>.v4.slots`), so a
 // later start tells a dead process's calls from its own. The file's name
 // carries the version of this layout: a start refuses (it does not serve) a
 // file of a version it cannot read (it reads its own and those UPGRADES names),
@@ -43,12 +43,16 @@ const LENGTH_BYTES = 4;
 const INITIAL_SLOTS = 64;
 const SUFFIX = ".slots";
 /** The layout of slots and rows this code writes and reads (a change to either is a new version). */
-// Version 2: a token's row holds its budget session (7 values). Version 3: and its traceparent (8); a file of version 2
-// is read as one of 3 whose tokens have none.
-const FORMAT_VERSION = 3;
+// Version 2: a token's row holds its budget session (7 values). Version 3: and its traceparent (8). Version 4: and its
+// limit of model calls (9); a file of version 2 or 3 is read as one of 4 whose tokens have none of what came after.
+const FORMAT_VERSION = 4;
 /** Older versions read, with how each row of theirs becomes this version's. */
 const UPGRADES: ReadonlyMap<number, (kind: HeldKind, values: unknown[]) => unknown[]> = new Map([
-  [2, (kind: HeldKind, values: unknown[]) => (kind === "token" && values.length === 7 ? [...values, null] : values)],
+  [
+    2,
+    (kind: HeldKind, values: unknown[]) => (kind === "token" && values.length === 7 ? [...values, null, null] : values),
+  ],
+  [3, (kind: HeldKind, values: unknown[]) => (kind === "token" && values.length === 8 ? [...values, null] : values)],
 ]);
 const VERSIONED = /\.v(\d+)\.slots$/;
 

@@ -269,6 +269,7 @@ export async function startLlmProxy(config: LlmProxyConfig = {}): Promise<LlmPro
     tokens,
     vault,
     budgets: store,
+    modelCalls: store,
     metering,
     retry: { ...DEFAULT_RETRY_POLICY, ...config.retry },
     logger,

@@ -22,7 +22,7 @@ import {
 import type { KeyVault } from "./key-vault.js";
 import type { Metering } from "./metering.js";
 import { ProxyError } from "./proxy-error.js";
-import type { BudgetStore, UsageTotals } from "./proxy-store.js";
+import type { BudgetStore, ModelCallStore, UsageTotals } from "./proxy-store.js";
 import type { SessionTokens } from "./session-tokens.js";
 
 const CODES: Record<ProxyError["code"], Code> = {
@@ -33,6 +33,7 @@ const CODES: Record<ProxyError["code"], Code> = {
   unauthenticated: Code.Unauthenticated,
   permission_denied: Code.PermissionDenied,
   budget_exhausted: Code.ResourceExhausted,
+  model_calls_exhausted: Code.ResourceExhausted,
   price_unknown: Code.FailedPrecondition,
 };
 
@@ -85,8 +86,8 @@ function usageMessage(totals: UsageTotals, nominal: (provider: string) => boolea
 
 export interface LlmProxyServiceOptions {
   tokens: SessionTokens;
-  /** Session budgets, dropped when a session's tokens are revoked. */
-  budgets: Pick<BudgetStore, "forgetBudget">;
+  /** Session budgets and counts of model calls, dropped when a session's tokens are revoked. */
+  budgets: Pick<BudgetStore, "forgetBudget"> & Pick<ModelCallStore, "forgetModelCalls">;
   metering: Metering;
   /** The proxy's own URL, to hand out ready-made base URLs. */
   publicUrl: () => string;
@@ -105,6 +106,7 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
           agent: request.agent,
           session: request.session,
           budgetUsd: request.budgetUsd,
+          maxModelCalls: request.maxModelCalls,
           ...(request.budgetSession ? { budgetSession: request.budgetSession } : {}),
           ...(traceparent !== null ? { traceparent } : {}),
         });
@@ -122,7 +124,10 @@ export function llmProxyService(options: LlmProxyServiceOptions): Partial<Servic
           ...(request.token ? { token: request.token } : {}),
           ...(request.session ? { session: request.session } : {}),
         });
-        for (const session of new Set(revoked.ended.map((r) => r.session))) await options.budgets.forgetBudget(session);
+        for (const session of new Set(revoked.ended.map((r) => r.session))) {
+          await options.budgets.forgetBudget(session);
+          await options.budgets.forgetModelCalls(session);
+        }
         const use = { never: TokenUse.NEVER, used: TokenUse.USED, unknown: TokenUse.UNSPECIFIED }[revoked.use];
         return create(RevokeSessionTokenResponseSchema, { revoked: revoked.ended.length, use });
       }),

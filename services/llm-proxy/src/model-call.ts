@@ -1,4 +1,5 @@
-// One logical model call: reserve budget, try up to five attempts upstream,
+// One logical model call: reserve budget, count it against its session's
+// limit of model calls, try up to five attempts upstream,
 // forward the answer (streamed event by event, metered as it goes), meter
 // every attempt and the call, settle the budget with what the caller received.
 // The answer's last bytes wait until the call's records are stored, so once a
@@ -18,6 +19,8 @@ import {
   type BudgetStore,
   type CallIdentity,
   type CallRecord,
+  type CountedCall,
+  type ModelCallStore,
   type Outcome,
   type PendingAttempt,
   type Reservation,
@@ -51,6 +54,8 @@ export interface ModelCallDeps {
   vault: KeyVault;
   /** Session budgets: the store's reservations. */
   budgets: Pick<BudgetStore, "reserveBudget">;
+  /** Sessions' counts of model calls, held to their tokens' limits. */
+  modelCalls: Pick<ModelCallStore, "countModelCall">;
   metering: Metering;
   retry: RetryPolicy;
   logger: Logger;
@@ -193,24 +198,27 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       });
     } catch (error) {
       if (!(error instanceof ProxyError) || error.code !== "budget_exhausted") throw error;
-      const refused: CallRecord = {
-        ...common,
-        status: 402,
-        outcome: "budget_refused",
-        usage: { ...ZERO_USAGE },
-        costUsd: 0,
-        latencyMs: performance.now() - callStart,
-        estimated: false,
-        startedAt,
-        attempts: 0,
-      };
-      await deps.metering.call(refused);
-      try {
-        sendError(res, { format, status: 402, type: "budget_exhausted", operationId, message: error.message });
-      } finally {
-        // Its event and metrics whether or not the answer could be written.
-        deps.metering.completed(refused);
-      }
+      await refuseCall(deps, { res, format, common, startedAt, callStart }, "budget_refused", error);
+      return;
+    }
+  }
+
+  // Counted last, just before it is sent: a call refused above was never the session's to count. The
+  // proxy's retries below are this one call.
+  let counted: CountedCall | undefined;
+  if (token.maxModelCalls > 0) {
+    try {
+      counted = await deps.modelCalls.countModelCall({ session: token.session, limit: token.maxModelCalls });
+    } catch (error) {
+      // Not sent: it costs nothing, and its budget hold is given back.
+      await reservation?.settle(0).catch((settleError: unknown) => {
+        deps.logger.error(
+          { operationId, session: token.session, error: (settleError as Error).message },
+          "could not give back a refused call's budget reservation; its hold is freed when it expires",
+        );
+      });
+      if (!(error instanceof ProxyError) || error.code !== "model_calls_exhausted") throw error;
+      await refuseCall(deps, { res, format, common, startedAt, callStart }, "model_calls_refused", error);
       return;
     }
   }
@@ -311,6 +319,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     // Both stored before the answer ends (neither rejects: a failure is logged): once a client
     // has its answer, every replica counts the call in its usage and in its budget.
     await Promise.all([...meteredAttempts, metered, settled]);
+    // On record now: a count kept in memory may be forgotten.
+    counted?.end();
     try {
       if (final.finish) {
         final.finish();
@@ -347,6 +357,42 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       },
       "model call done",
     );
+  }
+}
+
+/**
+ * Answers a call the proxy refused before sending it (402, the refusal's type) and meters it as refused: no
+ * attempt, nothing charged, one event.
+ */
+async function refuseCall(
+  deps: ModelCallDeps,
+  call: { res: ClientResponse; format: WireFormat; common: CallIdentity; startedAt: Date; callStart: number },
+  outcome: "budget_refused" | "model_calls_refused",
+  error: ProxyError,
+): Promise<void> {
+  const refused: CallRecord = {
+    ...call.common,
+    status: 402,
+    outcome,
+    usage: { ...ZERO_USAGE },
+    costUsd: 0,
+    latencyMs: performance.now() - call.callStart,
+    estimated: false,
+    startedAt: call.startedAt,
+    attempts: 0,
+  };
+  await deps.metering.call(refused);
+  try {
+    sendError(call.res, {
+      format: call.format,
+      status: 402,
+      type: outcome === "budget_refused" ? "budget_exhausted" : "model_calls_exhausted",
+      operationId: call.common.operationId,
+      message: error.message,
+    });
+  } finally {
+    // Its event and metrics whether or not the answer could be written.
+    deps.metering.completed(refused);
   }
 }
 

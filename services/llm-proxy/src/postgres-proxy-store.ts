@@ -5,7 +5,9 @@
 // Here an account is a row, and a reservation locks it (SELECT ... FOR UPDATE,
 // in one round trip through the reserve_budget function) so concurrent
 // reservations from any replica are serialised per session. Amounts are
-// `numeric`, so holds and settlements add up exactly.
+// `numeric`, so holds and settlements add up exactly. Each session's count of
+// model calls is a row too, locked for the check and the count
+// (count_model_call), so replicas together never pass a session's limit.
 //
 // Calls in flight, metering rows and budget settlements are group-committed
 // (postgres-group-commit.ts): one statement (one round trip, one commit) per
@@ -20,6 +22,7 @@ import { channelName, checkSchemaName, createSchemaPool } from "@oz0/postgres";
 import { sql } from "kysely";
 import type pg from "pg";
 import { budgetExhausted, callOverBudget } from "./budget-ledger.js";
+import { modelCallsExhausted } from "./model-call-ledger.js";
 import { PostgresChangeFeed } from "./postgres-change-feed.js";
 import { PostgresGroupCommit } from "./postgres-group-commit.js";
 import { ProxyError } from "./proxy-error.js";
@@ -27,6 +30,7 @@ import type {
   AttemptRecord,
   BudgetSnapshot,
   CallRecord,
+  CountedCall,
   PendingAttempt,
   ProxyStore,
   Reservation,
@@ -275,6 +279,7 @@ export class PostgresProxyStore implements ProxyStore {
       token.createdAt,
       token.budgetSession ?? null,
       token.traceparent ?? null,
+      token.maxModelCalls || null,
     ]);
   }
 
@@ -513,6 +518,28 @@ export class PostgresProxyStore implements ProxyStore {
       [session],
     );
     return (result.rowCount ?? 0) > 0;
+  }
+
+  /**
+   * Counts one model call of a session, or throws `model_calls_exhausted`:
+   * the session's row is locked from the check to the count, so replicas
+   * counting at once never pass the limit together. A count first seen
+   * starts from the session's calls on record and in flight.
+   */
+  async countModelCall(input: { session: string; limit: number }): Promise<CountedCall> {
+    const { rows } = await this.#pool.query<{ o_counted: boolean; o_made: number }>(
+      "SELECT o_counted, o_made FROM count_model_call($1, $2)",
+      [input.session, input.limit],
+    );
+    const row = rows[0]!;
+    if (!row.o_counted) throw modelCallsExhausted({ limit: input.limit, made: row.o_made });
+    // The count is in the row already: nothing to do when the call ends.
+    return { end: () => undefined };
+  }
+
+  /** Drops a session's count; a later count starts from its calls on record and those in flight at any replica. */
+  async forgetModelCalls(session: string): Promise<void> {
+    await this.#pool.query("DELETE FROM model_call_counts WHERE session = $1", [session]);
   }
 
   /** Spent and held dollars of a session's account, across every replica. */

@@ -9,6 +9,7 @@ export type ProxyErrorCode =
   | "unauthenticated"
   | "permission_denied"
   | "budget_exhausted"
+  | "model_calls_exhausted"
   | "price_unknown";
 
 export class ProxyError extends Error {

@@ -56,6 +56,8 @@ export interface TokenRecord {
   budgetUsd: number;
   /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
   budgetSession?: string;
+  /** The most model calls its session may make (its agent's limits.max_steps); 0: no limit. */
+  maxModelCalls: number;
   /**
    * The W3C traceparent the token was minted in: the orchestrator's span of the session. Its calls' spans go in that
    * trace, whatever trace a harness names (tracing.ts).
@@ -79,6 +81,8 @@ export type Outcome =
   | "stream_cut"
   | "budget_cut"
   | "budget_refused"
+  /** Refused before it was sent: its session had made the most model calls its token allows. */
+  | "model_calls_refused"
   | "client_aborted"
   | "proxy_error"
   /** The proxy died while the call was in flight: reconciled at a later start (tokens unknown, estimated). */
@@ -304,12 +308,39 @@ export interface BudgetStore {
   budgetSnapshot(session: string): Promise<BudgetSnapshot | undefined>;
 }
 
+/** One model call counted against its session's limit; end it exactly once, when its record is written. */
+export interface CountedCall {
+  /** The call is over and on record (a store that counts in memory may now forget the session's count). */
+  end(): void;
+}
+
+/**
+ * How many model calls each session made, held to the limit its token
+ * carries (its agent's limits.max_steps). A call is counted just before it
+ * is sent upstream: the check and the count are one step, so however many
+ * calls (and, for a shared store, however many replicas) count at once,
+ * no more than the limit get through. A count first seen starts from the
+ * session's calls the store has as sent (a call record with an attempt, or
+ * a call in flight), so it survives a restart.
+ */
+export interface ModelCallStore {
+  /** Counts one call of `session`, or throws ProxyError `model_calls_exhausted` when `limit` calls were made. */
+  countModelCall(input: { session: string; limit: number }): Promise<CountedCall>;
+  /**
+   * Drops a session's count once its tokens are revoked, so counts do not
+   * pile up; a new token for the session starts again from its calls on
+   * record. A store that counts in memory keeps a count while a call it
+   * counted is in flight (that call is not on record yet).
+   */
+  forgetModelCalls(session: string): Promise<void>;
+}
+
 /**
  * What the proxy keeps. Every method answers through a promise, so a store on
  * a network database (PostgreSQL, for several proxy replicas) fits as well as
  * SQLite in the process.
  */
-export interface ProxyStore extends SecretStore, TokenStore, MeteringStore, BudgetStore {
+export interface ProxyStore extends SecretStore, TokenStore, MeteringStore, BudgetStore, ModelCallStore {
   /**
    * True when several proxy processes may use this store at once (their
    * caches then follow `watch`, and they must share one key-encryption key).

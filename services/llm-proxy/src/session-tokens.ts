@@ -16,6 +16,8 @@ export interface MintTokenInput {
   budgetUsd?: number;
   /** The session whose budget account its calls spend from, when not its own (a harness operation's scratch session). */
   budgetSession?: string;
+  /** 0 or absent: no limit. The most model calls the session may make (its agent's limits.max_steps). */
+  maxModelCalls?: number;
   /** The trace context it is minted in (the MintSessionToken call's `traceparent`); kept when well formed. */
   traceparent?: string;
 }
@@ -73,6 +75,13 @@ export class SessionTokens {
     const budgetUsd = input.budgetUsd ?? 0;
     if (!Number.isFinite(budgetUsd) || budgetUsd < 0)
       throw new ProxyError("invalid_argument", "budget_usd must be 0 (no budget) or a positive number of dollars");
+    const maxModelCalls = input.maxModelCalls ?? 0;
+    // A uint32 on the wire; a column of integer (at most 2^31 - 1) in both stores.
+    if (!Number.isInteger(maxModelCalls) || maxModelCalls < 0 || maxModelCalls > 2 ** 31 - 1)
+      throw new ProxyError(
+        "invalid_argument",
+        `max_model_calls must be 0 (no limit) or a whole number of calls up to ${2 ** 31 - 1}, not ${maxModelCalls}`,
+      );
     const token = PREFIX + randomBytes(32).toString("base64url");
     const record: TokenRecord = {
       hash: hashToken(token),
@@ -80,6 +89,7 @@ export class SessionTokens {
       agent: input.agent,
       session: input.session,
       budgetUsd,
+      maxModelCalls,
       ...(input.budgetSession && input.budgetSession !== input.session ? { budgetSession: input.budgetSession } : {}),
       ...(input.traceparent !== undefined && TRACEPARENT.test(input.traceparent)
         ? { traceparent: input.traceparent }

@@ -1,5 +1,6 @@
 // The ProxyStore on SQLite (better-sqlite3), one file under OZ0_LLM_PROXY_DATA,
-// for one proxy process: budgets are held in its memory (budget-ledger.ts).
+// for one proxy process: budgets and counts of model calls are held in its
+// memory (budget-ledger.ts, model-call-ledger.ts).
 // better-sqlite3 answers synchronously; the methods wrap it in promises.
 // Writes are group-committed while calls overlap: every write of one turn of
 // the event loop (calls in flight before they go upstream, attempt and call
@@ -20,10 +21,12 @@ import Database from "better-sqlite3";
 import { lockDataDirectory, SqliteCheckpointer, type DataDirectoryLock } from "@oz0/sqlite";
 import { BudgetLedger } from "./budget-ledger.js";
 import { InFlightSlots, slotFileAdvice, type HeldColumns } from "./in-flight-slots.js";
+import { ModelCallLedger } from "./model-call-ledger.js";
 import type {
   AttemptRecord,
   BudgetSnapshot,
   CallRecord,
+  CountedCall,
   PendingAttempt,
   ProxyStore,
   Reservation,
@@ -157,6 +160,7 @@ export class SqliteProxyStore implements ProxyStore {
   readonly #db: Database.Database;
   readonly #statements;
   readonly #ledger: BudgetLedger;
+  readonly #modelCalls: ModelCallLedger;
   // Writes go in one transaction per turn of the event loop (group commit): a
   // commit at a time costs more than the rest of a call. Each write resolves
   // once its batch is committed: a call in flight is in the file before its
@@ -251,9 +255,12 @@ export class SqliteProxyStore implements ProxyStore {
         insertAttemptIfNew: prepare(INSERT_IF_NEW("attempts", ATTEMPT_COLUMNS)),
         insertCallIfNew: prepare(INSERT_IF_NEW("calls", CALL_COLUMNS)),
         chargedToSession: prepare(QUERIES.chargedToSession),
+        modelCallsOnRecord: prepare(QUERIES.modelCallsOnRecord),
       };
       // Synchronous starting point: a first reservation decides in the same turn as it asks.
       this.#ledger = new BudgetLedger({ spentBefore: (session) => this.#charged(session) });
+      // The same for counts of model calls: the check and the count in the turn the call asks.
+      this.#modelCalls = new ModelCallLedger({ madeBefore: (session) => this.#callsOnRecord(session) });
     } catch (error) {
       for (const close of opened.reverse()) close();
       this.#lock?.release();
@@ -295,6 +302,7 @@ export class SqliteProxyStore implements ProxyStore {
       token.createdAt.getTime(),
       token.budgetSession ?? null,
       token.traceparent ?? null,
+      token.maxModelCalls || null,
     ];
     // In its slot it survives the process being killed before the token is handed out;
     // committed with the next group (a hash met twice would be a collision of 256 random bits).
@@ -312,6 +320,7 @@ export class SqliteProxyStore implements ProxyStore {
       budget_usd: token.budgetUsd,
       budget_session: token.budgetSession ?? null,
       traceparent: token.traceparent ?? null,
+      max_model_calls: token.maxModelCalls || null,
       created_at: token.createdAt.getTime(),
       revoked_at: null,
       used_at: null,
@@ -623,6 +632,20 @@ export class SqliteProxyStore implements ProxyStore {
 
   reserveBudget(input: ReserveInput): Promise<Reservation> {
     return this.#ledger.reserve(input);
+  }
+
+  async countModelCall(input: { session: string; limit: number }): Promise<CountedCall> {
+    return this.#modelCalls.count(input);
+  }
+
+  async forgetModelCalls(session: string): Promise<void> {
+    this.#modelCalls.forget(session);
+  }
+
+  /** A session's calls on record that were sent (what waits in slots committed first). */
+  #callsOnRecord(session: string): number {
+    this.flush();
+    return (this.#statements.modelCallsOnRecord.get(session) as { made: number }).made;
   }
 
   async forgetBudget(session: string): Promise<boolean> {

@@ -297,6 +297,51 @@ $fn$`,
     up: (db) => [db.schema.alterTable("session_tokens").addColumn("traceparent", "text")],
     present: (probe) => probe.hasColumn("session_tokens", "traceparent"),
   },
+  {
+    version: 9,
+    name: "the most model calls a session may make",
+    // The limit rides with the token (null on tokens from before: none). The count is a row per session on
+    // PostgreSQL, locked for the check and the count (count_model_call), so replicas together never pass the
+    // limit; SQLite's one proxy counts in memory (model-call-ledger.ts) from the same starting point.
+    up: (db, t) => [
+      db.schema.alterTable("session_tokens").addColumn("max_model_calls", "integer"),
+      ...(t.engine === "postgres"
+        ? [
+            withColumns(
+              db.schema.createTable("model_call_counts").addColumn("session", "text", (c) => c.primaryKey()),
+              t,
+              "made_calls integer!",
+            ),
+            `CREATE FUNCTION count_model_call(p_session text, p_limit integer)
+RETURNS TABLE (o_counted boolean, o_made integer)
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  v_made integer;
+BEGIN
+  SELECT c.made_calls INTO v_made FROM model_call_counts c WHERE c.session = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    -- A first call starts from the session's calls that were sent: on record with an attempt (a refused call has
+    -- none), or in flight at any replica (a count forgotten at a revocation while calls were still running).
+    INSERT INTO model_call_counts (session, made_calls)
+      SELECT p_session,
+        (SELECT count(*) FROM calls c WHERE c.session = p_session AND c.attempts > 0)
+        + (SELECT count(*) FROM pending_calls p WHERE p.session = p_session)
+      ON CONFLICT (session) DO NOTHING;
+    SELECT c.made_calls INTO v_made FROM model_call_counts c WHERE c.session = p_session FOR UPDATE;
+  END IF;
+  IF v_made >= p_limit THEN
+    RETURN QUERY SELECT false, v_made;
+    RETURN;
+  END IF;
+  UPDATE model_call_counts SET made_calls = v_made + 1 WHERE session = p_session;
+  RETURN QUERY SELECT true, v_made + 1;
+END
+$fn$`,
+          ]
+        : []),
+    ],
+    present: (probe) => probe.hasColumn("session_tokens", "max_model_calls"),
+  },
 ];
 
 /** A migration's statements, compiled for the engine. */

@@ -31,6 +31,7 @@ export const TOKEN_COLUMNS = [
   "created_at",
   "budget_session",
   "traceparent",
+  "max_model_calls",
 ] as const;
 
 /** INSERT of metering rows (values in ATTEMPT_COLUMNS or CALL_COLUMNS order). */
@@ -112,7 +113,7 @@ export interface ProxyQueries {
   readonly getSecret: string;
   /** () name, created_at, updated_at by name */
   readonly listSecrets: string;
-  /** (hash, job, agent, session, budget_usd, created_at) */
+  /** (TOKEN_COLUMNS) */
   readonly putToken: string;
   /** (hash) */
   readonly findToken: string;
@@ -134,6 +135,8 @@ export interface ProxyQueries {
   readonly usageByAgentBetween: string;
   /** (session) cost */
   readonly chargedToSession: string;
+  /** (session) made: the session's calls on record that were sent upstream (an attempt made; a refused call has none) */
+  readonly modelCallsOnRecord: string;
 }
 
 export function proxyQueries(engine: EngineName): ProxyQueries {
@@ -202,6 +205,15 @@ export function proxyQueries(engine: EngineName): ProxyQueries {
         ),
       // Named twice: each engine takes its parameters by position.
       ["session", "session"],
+    ),
+    // A count of model calls' starting point (calls_by_session): a call refused before it was sent has no attempt.
+    modelCallsOnRecord: compiled(
+      db
+        .selectFrom("calls")
+        .select(sql<number>`cast(count(*) as integer)`.as("made"))
+        .where("session", "=", param("session"))
+        .where("attempts", ">", sql.lit(0)),
+      ["session"],
     ),
   };
 }

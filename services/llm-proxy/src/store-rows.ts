@@ -244,6 +244,8 @@ export interface TokenRow {
   budget_usd: number;
   budget_session: string | null;
   traceparent: string | null;
+  /** Null on a token minted before tokens carried a limit: none. */
+  max_model_calls: number | null;
   created_at: Time;
   revoked_at: Time | null;
   used_at: Time | null;
@@ -256,6 +258,7 @@ export function tokenFromRow(row: TokenRow): TokenRecord {
     agent: row.agent,
     session: row.session,
     budgetUsd: row.budget_usd,
+    maxModelCalls: row.max_model_calls ?? 0,
     ...(row.budget_session === null ? {} : { budgetSession: row.budget_session }),
     ...(row.traceparent === null ? {} : { traceparent: row.traceparent }),
     createdAt: toDate(row.created_at),

@@ -59,6 +59,7 @@ const token = (hash: string) => ({
   agent: "coder",
   session: `s-${hash}`,
   budgetUsd: 0,
+  maxModelCalls: 5,
   createdAt: new Date(1_000),
 });
 await store.putToken(token(`${job}-used`));

@@ -100,6 +100,7 @@ void test("calls in flight when their process is SIGKILLed are metered once each
     assert.equal((await store.reconcileInterrupted()).length, 0, "and never again");
     // Tokens: one minted in the turn of the kill is known; one first used then is on record as used.
     assert.equal((await store.findToken("j-minted"))?.session, "s-j-minted");
+    assert.equal((await store.findToken("j-minted"))?.maxModelCalls, 5, "with its limit of model calls");
     assert.equal((await store.findToken("j-used"))?.usedAt?.getTime(), 2_000);
     assert.equal((await store.revokeTokens({ session: "s-j-used" }, new Date(3_000))).use, "used");
     assert.equal((await store.revokeTokens({ session: "s-j-minted" }, new Date(3_000))).use, "never");
@@ -176,26 +177,26 @@ function slotFile(dataDir: string, name: string, rows: unknown[][]): string {
   return file;
 }
 
-const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5, null, null];
+const GOOD_TOKEN = ["t", "h-good", "j", "a", "s", 1, 5, null, null, 7];
 
 void test("a start refuses a slot file it cannot replay whole (another version's, a row of another shape, a value SQLite refuses), names it, commits none of it and keeps it, and the proxy does not serve", async (t) => {
   const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-bad-slots-"));
   t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const cases: [string, unknown[][], RegExp][] = [
     // An earlier version's file (its token rows had 6 values), and one without a version, which is version 1.
-    ["dead-1.v1.slots", [GOOD_TOKEN], /dead-1\.v1\.slots is of version 1 .* reads version 3/],
-    ["dead-0.slots", [GOOD_TOKEN], /dead-0\.slots is of version 1 .* reads version 3/],
+    ["dead-1.v1.slots", [GOOD_TOKEN], /dead-1\.v1\.slots is of version 1 .* reads version 4/],
+    ["dead-0.slots", [GOOD_TOKEN], /dead-0\.slots is of version 1 .* reads version 4/],
     [
-      "dead-2.v3.slots",
+      "dead-2.v4.slots",
       [GOOD_TOKEN, ["t", "h-short", "j"]],
-      /dead-2\.v3\.slots holds a row of kind token with 2 values, not 8 in slot 1/,
+      /dead-2\.v4\.slots holds a row of kind token with 2 values, not 9 in slot 1/,
     ],
-    ["dead-3.v3.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v3\.slots holds a row of unknown kind "x"/],
+    ["dead-3.v4.slots", [GOOD_TOKEN, ["x", 1]], /dead-3\.v4\.slots holds a row of unknown kind "x"/],
     // A budget that was NaN or Infinity, written as null: SQLite refuses it, and the whole replay rolls back.
     [
-      "dead-4.v3.slots",
-      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5, null, null]],
-      /could not replay the slot file .*dead-4\.v3\.slots \(NOT NULL constraint failed/,
+      "dead-4.v4.slots",
+      [GOOD_TOKEN, ["t", "h-null", "j", "a", "s", null, 5, null, null, null]],
+      /could not replay the slot file .*dead-4\.v4\.slots \(NOT NULL constraint failed/,
     ],
   ];
   for (const [name, rows, message] of cases) {
@@ -217,16 +218,23 @@ void test("a start refuses a slot file it cannot replay whole (another version's
     assert.ok(existsSync(file), "the file is kept for a version that reads it");
     rmSync(file);
   }
-  // Once the file is moved away the proxy starts; a file of this version replays, and one of version 2, whose
-  // tokens hold no traceparent (7 values).
-  slotFile(dataDir, "dead-5.v3.slots", [GOOD_TOKEN]);
+  // Once the file is moved away the proxy starts; a file of this version replays, one of version 2, whose
+  // tokens hold no traceparent (7 values), and one of version 3, whose tokens hold no limit of model calls (8).
+  slotFile(dataDir, "dead-5.v4.slots", [GOOD_TOKEN]);
   slotFile(dataDir, "dead-6.v2.slots", [["t", "h-v2", "j", "a", "s2", 1, 5, null]]);
+  slotFile(dataDir, "dead-7.v3.slots", [["t", "h-v3", "j", "a", "s3", 1, 5, null, null]]);
   const proxy = await startLlmProxy({ dataDir, providers: [], logger: pino({ level: "silent" }) });
   try {
-    assert.equal((await proxy.store.findToken("h-good"))?.session, "s");
+    const good = await proxy.store.findToken("h-good");
+    assert.equal(good?.session, "s");
+    assert.equal(good?.maxModelCalls, 7);
     const upgraded = await proxy.store.findToken("h-v2");
     assert.equal(upgraded?.session, "s2");
     assert.equal(upgraded?.traceparent, undefined);
+    assert.equal(upgraded?.maxModelCalls, 0);
+    const fromV3 = await proxy.store.findToken("h-v3");
+    assert.equal(fromV3?.session, "s3");
+    assert.equal(fromV3?.maxModelCalls, 0);
   } finally {
     await proxy.close();
   }

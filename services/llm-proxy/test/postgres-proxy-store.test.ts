@@ -91,7 +91,7 @@ void describe("PostgresProxyStore across replicas", () => {
       );
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5, 6, 7, 8],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
       );
     } finally {
       await client.end();
@@ -187,6 +187,7 @@ void describe("PostgresProxyStore across replicas", () => {
       agent: "x",
       session: "ses-watched",
       budgetUsd: 0,
+      maxModelCalls: 0,
       createdAt: new Date(),
     });
     const revokeHeard = heard(a, (c) => c.kind === "token_revoked");

@@ -30,6 +30,8 @@ export interface ProxyFixture {
     session?: string;
     budgetUsd?: number;
     budgetSession?: string;
+    /** The most model calls the session may make (its agent's limits.max_steps); default none. */
+    maxModelCalls?: number;
     /** The trace context the token is minted in, as the orchestrator mints it inside the session's span. */
     traceparent?: string;
   }): Promise<SessionEndpoint>;
@@ -100,6 +102,7 @@ export async function startFixture(options: {
           session,
           budgetUsd: s.budgetUsd ?? 0,
           budgetSession: s.budgetSession ?? "",
+          maxModelCalls: s.maxModelCalls ?? 0,
         },
         s.traceparent !== undefined ? { headers: { traceparent: s.traceparent } } : {},
       );

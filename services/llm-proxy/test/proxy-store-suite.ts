@@ -9,6 +9,7 @@ import type {
   AttemptRecord,
   BudgetSnapshot,
   CallRecord,
+  CountedCall,
   PendingAttempt,
   ProxyStore,
   Reservation,
@@ -49,6 +50,10 @@ export function call(overrides: Partial<CallRecord> & Pick<CallRecord, "operatio
 
 export function isBudgetExhausted(error: unknown): boolean {
   return error instanceof ProxyError && error.code === "budget_exhausted";
+}
+
+export function isModelCallsExhausted(error: unknown): boolean {
+  return error instanceof ProxyError && error.code === "model_calls_exhausted";
 }
 
 /** Dollars to the nanodollar: the SQLite ledger adds doubles, PostgreSQL's adds decimals. */
@@ -115,7 +120,15 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       const session = unique("ses-t");
       const [h1, h2, h3] = [unique("h1"), unique("h2"), unique("h3")];
       for (const hash of [h1, h2])
-        await a.putToken({ hash, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+        await a.putToken({
+          hash,
+          job: "j",
+          agent: "x",
+          session,
+          budgetUsd: 2,
+          maxModelCalls: 12,
+          createdAt: new Date(3000),
+        });
       // Minted inside a session's span: the trace its calls go in, kept with the token.
       const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
       await b.putToken({
@@ -124,11 +137,20 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
         agent: "x",
         session: unique("other"),
         budgetUsd: 0,
+        maxModelCalls: 0,
         traceparent,
         createdAt: new Date(3000),
       });
       const found = await b.findToken(h1);
-      assert.deepEqual(found, { hash: h1, job: "j", agent: "x", session, budgetUsd: 2, createdAt: new Date(3000) });
+      assert.deepEqual(found, {
+        hash: h1,
+        job: "j",
+        agent: "x",
+        session,
+        budgetUsd: 2,
+        maxModelCalls: 12,
+        createdAt: new Date(3000),
+      });
       assert.equal((await a.findToken(h3))?.traceparent, traceparent);
       assert.equal(await a.findToken(unique("nope")), undefined);
       const [first, second] = await Promise.all([
@@ -162,6 +184,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
           agent: "x",
           session,
           budgetUsd: 0,
+          maxModelCalls: 0,
           createdAt: new Date(3000),
         });
       assert.equal((await b.useToken(`h-${used}`, new Date(4000)))?.usedAt?.getTime(), 4000);
@@ -195,6 +218,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
           agent: "x",
           session,
           budgetUsd: 0,
+          maxModelCalls: 0,
           createdAt: new Date(3000),
         });
         const [uses, revoked] = await Promise.all([
@@ -413,6 +437,7 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
           agent: "fixer",
           session,
           budgetUsd: 1,
+          maxModelCalls: 0,
           ...(budgetSession ? { budgetSession } : {}),
           createdAt: new Date(),
         });
@@ -426,6 +451,75 @@ export function describeProxyStore(name: string, open: () => Promise<StorePair>)
       );
       const [token] = (await b.revokeTokens({ session: scratch }, new Date())).ended;
       assert.equal(token?.budgetSession, parent, "the token says whose budget it spent");
+    });
+
+    void it("never counts more model calls than a session's limit when counts race from either handle", async () => {
+      const session = unique("ses-calls-race");
+      const counts = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).countModelCall({ session, limit: 5 })),
+      );
+      const counted = counts.filter((r): r is PromiseFulfilledResult<CountedCall> => r.status === "fulfilled");
+      const refused = counts.filter((r): r is PromiseRejectedResult => r.status === "rejected");
+      assert.equal(counted.length, 5);
+      assert.ok(
+        refused.every((r) => isModelCallsExhausted(r.reason)),
+        "every refusal says the session's model calls are exhausted",
+      );
+      // Read by the job's operator too: it names the limit and where it is set.
+      assert.match(
+        (refused[0]!.reason as Error).message,
+        /^the session has made 5 model calls, the most it may make \(5, its agent's limits\.max_steps\); the session must end \(an operator raises it with the agent's limits\.max_steps\)$/,
+      );
+      for (const r of counted) r.value.end();
+      // Other sessions count on their own.
+      (await a.countModelCall({ session: unique("ses-calls-other"), limit: 1 })).end();
+    });
+
+    void it("starts a session's count from its calls that were sent, on record or in flight, never a refused one, and forgets it when asked", async () => {
+      const session = unique("ses-calls");
+      const job = unique("job-calls");
+      // On record: a call sent once, one the proxy sent three times (one call), one refused before it was sent.
+      await a.recordCall(call({ operationId: unique("op-once"), job, session, attempts: 1 }));
+      await a.recordCall(call({ operationId: unique("op-retried"), job, session, attempts: 3 }));
+      await a.recordCall(
+        call({ operationId: unique("op-refused"), job, session, attempts: 0, status: 402, outcome: "budget_refused" }),
+      );
+      // The third call: counted, sent, and its session's tokens revoked while it is in flight.
+      const third = await b.countModelCall({ session, limit: 4 });
+      const thirdOp = unique("op-third");
+      await b.beginAttempt(pendingAttempt({ operationId: thirdOp, job, session, attempt: 1 }));
+      await a.forgetModelCalls(session);
+      await b.forgetModelCalls(session);
+      // A count started again (a new token for the session) still has it: the fourth is the last.
+      const fourth = await a.countModelCall({ session, limit: 4 });
+      await assert.rejects(b.countModelCall({ session, limit: 4 }), /has made 4 model calls/);
+      const fourthOp = unique("op-fourth");
+      await a.beginAttempt(pendingAttempt({ operationId: fourthOp, job, session, attempt: 1 }));
+      // Both end on record; forgotten now, the count starts from the records alone.
+      await b.recordCall(call({ operationId: thirdOp, job, session, attempts: 1 }));
+      third.end();
+      await a.recordCall(call({ operationId: fourthOp, job, session, attempts: 2 }));
+      fourth.end();
+      await a.forgetModelCalls(session);
+      await b.forgetModelCalls(session);
+      await assert.rejects(a.countModelCall({ session, limit: 4 }), isModelCallsExhausted);
+      // A token with a larger limit goes on from the same count.
+      (await b.countModelCall({ session, limit: 5 })).end();
+      await assert.rejects(a.countModelCall({ session, limit: 5 }), /has made 5 model calls/);
+    });
+
+    void it("counts the calls a dead process had in flight, once they are reconciled", async () => {
+      const session = unique("ses-calls-crash");
+      const job = unique("job-calls-crash");
+      const dead = await pair.crashed();
+      // Counted and sent when the process died: never ended.
+      await dead.countModelCall({ session, limit: 2 });
+      await dead.beginAttempt(pendingAttempt({ operationId: unique("op-dead"), job, session, attempt: 1 }));
+      await dead.close();
+      await a.reconcileInterrupted();
+      const second = await b.countModelCall({ session, limit: 2 });
+      await assert.rejects(a.countModelCall({ session, limit: 2 }), isModelCallsExhausted);
+      second.end();
     });
 
     void it("reconciles a call a dead proxy left in flight once, as interrupted, frees its hold, and never a call that was recorded or is alive", async () => {

@@ -1,7 +1,8 @@
 // needs: postgres
 // Two proxy replicas on one PostgreSQL, in front of one scripted model: a
-// session token minted at one is honoured at both, one budget is held across
-// both, and usage read at either is exactly what the model served.
+// session token minted at one is honoured at both, one budget and one limit
+// of model calls are held across both, and usage read at either is exactly
+// what the model served.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
@@ -26,6 +27,8 @@ const databaseUrl: string = url;
 const PRICE = { input: 3, output: 15 };
 const RACE_CALLS = 40;
 const RACE_USAGE = { input: 100, output: 500 };
+/** Calls of one session sent at once, half at each replica, against its limit of model calls. */
+const CALLS_RACE = 12;
 
 interface Replica {
   proxy: LlmProxy;
@@ -60,6 +63,14 @@ void describe("two proxy replicas on one PostgreSQL", () => {
   const raceGate = new Promise<void>((resolve) => (releaseRace = resolve));
   const raceDecided = (): void => {
     if (raceArrived + raceRefused === RACE_CALLS) releaseRace();
+  };
+  // The same for the race against a session's limit of model calls.
+  let callsArrived = 0;
+  let callsRefused = 0;
+  let releaseCalls!: () => void;
+  const callsGate = new Promise<void>((resolve) => (releaseCalls = resolve));
+  const callsDecided = (): void => {
+    if (callsArrived + callsRefused === CALLS_RACE) releaseCalls();
   };
 
   const config = (): LlmProxyConfig => ({
@@ -96,6 +107,11 @@ void describe("two proxy replicas on one PostgreSQL", () => {
           raceArrived += 1;
           raceDecided();
           await raceGate;
+        }
+        if (phase === "calls-race") {
+          callsArrived += 1;
+          callsDecided();
+          await callsGate;
         }
         if (phase) return { text: "admitted", usage: RACE_USAGE };
         // Every other call reports its own counts, so the sums below test every row.
@@ -263,6 +279,57 @@ void describe("two proxy replicas on one PostgreSQL", () => {
     assert.equal((await post(b.proxy.url, "/anthropic/v1/messages", ask, headers)).status, 200);
     const revoked = await a.control.revokeSessionToken({ session: "ses-used" });
     assert.deepEqual({ revoked: revoked.revoked, use: revoked.use }, { revoked: 1, use: TokenUse.USED });
+  });
+
+  void it("holds a session's limit of model calls across both replicas: calls one after another, at a replica started after, and at once", async () => {
+    const job = "job-model-calls";
+    const minted = await a.control.mintSessionToken({
+      job,
+      agent: "counted",
+      session: "ses-counted",
+      maxModelCalls: 8,
+    });
+    const headers = { "x-api-key": minted.token, "Oz0-Job": job, "Oz0-Agent": "counted" };
+    const ask = (phase: string) => ({
+      model: "claude-sonnet-5",
+      max_tokens: 10,
+      messages: [{ role: "user", content: `phase:${phase}` }],
+    });
+    const sentToModel = (): number =>
+      model.requests.filter((r) => JSON.stringify(r.body).includes("phase:calls")).length;
+    // Two, one at each replica.
+    assert.equal((await post(a.proxy.url, "/anthropic/v1/messages", ask("calls"), headers)).status, 200);
+    assert.equal((await post(b.proxy.url, "/anthropic/v1/messages", ask("calls"), headers)).status, 200);
+    // Replica A restarts: the replica that replaces it goes on from the count.
+    await a.proxy.close({ graceMs: 50 });
+    a = replica(await startLlmProxy(config()));
+    assert.equal((await post(a.proxy.url, "/anthropic/v1/messages", ask("calls"), headers)).status, 200);
+    // Twelve at once, half at each, every admitted one held by the model until all were decided: the five left fit.
+    const race = await Promise.all(
+      Array.from({ length: CALLS_RACE }, async (_, i) => {
+        const r = await post((i % 2 ? a : b).proxy.url, "/anthropic/v1/messages", ask("calls-race"), headers);
+        if (r.status === 402) {
+          callsRefused += 1;
+          callsDecided();
+        }
+        return r;
+      }),
+    );
+    assert.equal(race.filter((r) => r.status === 200).length, 5);
+    assert.ok(
+      race
+        .filter((r) => r.status !== 200)
+        .every((r) => r.status === 402 && JSON.parse(r.text).error.type === "model_calls_exhausted"),
+    );
+    for (const at of [a, b]) {
+      const past = await post(at.proxy.url, "/anthropic/v1/messages", ask("calls"), headers);
+      assert.equal(past.status, 402);
+      assert.match(JSON.parse(past.text).error.message, /has made 8 model calls, the most it may make \(8/);
+    }
+    assert.equal(sentToModel(), 8, "a refused call never reached the model");
+    const outcomes = (await b.proxy.store.listCalls(job)).map((c) => c.outcome);
+    assert.equal(outcomes.filter((o) => o === "ok").length, 8);
+    assert.equal(outcomes.filter((o) => o === "model_calls_refused").length, CALLS_RACE - 5 + 2);
   });
 
   void it("refuses to start a replica whose key-encryption key differs, or that has none", async () => {

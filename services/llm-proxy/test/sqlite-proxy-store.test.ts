@@ -78,7 +78,15 @@ void test("a call's store work runs the statements prepared at open: none is pre
     await store.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
-  await store.putToken({ hash: "h", job: "j", agent: "a", session: "s", budgetUsd: 0, createdAt: new Date(1) });
+  await store.putToken({
+    hash: "h",
+    job: "j",
+    agent: "a",
+    session: "s",
+    budgetUsd: 0,
+    maxModelCalls: 0,
+    createdAt: new Date(1),
+  });
   const prepare = t.mock.method(Database.prototype, "prepare");
   assert.ok(await store.useToken("h", new Date(2)));
   await store.beginAttempt(pending("op-1"));
@@ -167,7 +175,15 @@ void test("a commit that fails keeps what waits in slots: a revocation meanwhile
   other.exec(
     `CREATE TRIGGER refuse BEFORE INSERT ON session_tokens BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`,
   );
-  const token = { hash: "h-1", job: "j", agent: "a", session: "s-1", budgetUsd: 1, createdAt: new Date(5) };
+  const token = {
+    hash: "h-1",
+    job: "j",
+    agent: "a",
+    session: "s-1",
+    budgetUsd: 1,
+    maxModelCalls: 0,
+    createdAt: new Date(5),
+  };
   await store.putToken(token);
   assert.ok(await store.useToken("h-1", new Date(6)), "the first use, in its slot");
   await assert.rejects(
@@ -234,7 +250,15 @@ void test("the log is copied into the database file after each kind of commit: a
     new Date(1),
   );
   await checkpointed("SELECT name FROM secrets", [{ name: "K" }]);
-  await store.putToken({ hash: "h-1", job: "j", agent: "a", session: "s-1", budgetUsd: 0, createdAt: new Date(2) });
+  await store.putToken({
+    hash: "h-1",
+    job: "j",
+    agent: "a",
+    session: "s-1",
+    budgetUsd: 0,
+    maxModelCalls: 0,
+    createdAt: new Date(2),
+  });
   await store.listCalls("j");
   await checkpointed("SELECT hash FROM session_tokens", [{ hash: "h-1" }]);
   await store.revokeTokens({ session: "s-1" }, new Date(3));

@@ -127,6 +127,8 @@ for (const c of cases) {
       assert.equal(token?.session, "ses-old");
       // A file from before tokens recorded their use counts them used as of their creation (it claims nothing false).
       assert.equal(token?.usedAt?.getTime(), c.tokenUsedAt);
+      // Minted before tokens carried a limit of model calls: it has none.
+      assert.equal(token?.maxModelCalls, 0);
       const [call] = await store.listCalls("job-old");
       assert.equal(call?.operationId, "op-old");
       assert.deepEqual(call?.usage, { input: 10, output: 5, cacheRead: 1, cacheWrite: 2, reasoning: 0 });
@@ -163,7 +165,7 @@ for (const c of cases) {
     } finally {
       await store.close();
     }
-    assert.deepEqual(migrations(dataDir), [1, 3, 4, 5, 7, 8], "every SQLite migration recorded");
+    assert.deepEqual(migrations(dataDir), [1, 3, 4, 5, 7, 8, 9], "every SQLite migration recorded");
     const fresh = await newFileSchema();
     assert.deepEqual(schemaOf(dataDir), fresh.schema);
     assert.deepEqual(fresh.withoutRowid, ["attempts", "calls", "pending_calls"]);
@@ -171,6 +173,6 @@ for (const c of cases) {
     // Opening it again runs nothing.
     const again = new SqliteProxyStore({ dataDir });
     await again.close();
-    assert.deepEqual(migrations(dataDir), [1, 3, 4, 5, 7, 8]);
+    assert.deepEqual(migrations(dataDir), [1, 3, 4, 5, 7, 8, 9]);
   });
 }

@@ -8,11 +8,15 @@ import type { SecretScrubber } from "@oz0/serving";
 import type { ProviderSideUse } from "../provider-side-features.js";
 import type { TokenUsage } from "../proxy-store.js";
 
-/** The error types the proxy answers with itself; `budget_exhausted` is the type a session ends on. */
+/**
+ * The error types the proxy answers with itself; `budget_exhausted` and `model_calls_exhausted` (the session's
+ * limit of model calls, its agent's limits.max_steps) are the types a session ends on.
+ */
 export type ProxyErrorType =
   | "authentication_error"
   | "permission_error"
   | "budget_exhausted"
+  | "model_calls_exhausted"
   | "invalid_request_error"
   | "not_found_error"
   | "rate_limit_error"
