@@ -137,6 +137,8 @@ export class JobSessions {
         agentVersion: agent.version,
         sessionId: job.sessionId,
         ...(budgetUsd !== undefined ? { budgetUsd } : {}),
+        // The harness is told the same (limits.max_turns); the proxy holds code in the session that calls the model itself to it.
+        ...(definition.limits?.max_steps ? { maxModelCalls: definition.limits.max_steps } : {}),
       });
     } catch (error) {
       await this.#o.finish(job.id, {

@@ -682,6 +682,9 @@ export class OperationRunner {
         agentVersion: agent.version,
         sessionId,
         ...(parentBudget !== undefined ? { budgetUsd: parentBudget, budgetSession: parent.sessionId } : {}),
+        // Its own count, as its harness is told (limits.max_turns): a scratch session is a harness run of its own,
+        // whose turns the harness and the sandbox count apart from the parent's. The parent's turns bound how many run.
+        ...(agent.definition.limits?.max_steps ? { maxModelCalls: agent.definition.limits.max_steps } : {}),
       });
       tokenId = token.tokenId;
       const input = options.feedback.length

@@ -43,6 +43,7 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
     sessionId: string;
     budgetUsd?: number;
     budgetSession?: string;
+    maxModelCalls?: number;
   }): Promise<MintedToken> {
     const response = await this.#tokens.mintSessionToken({
       job: options.jobId,
@@ -50,6 +51,8 @@ export class LlmProxyClient implements TokenIssuer, ProviderSecrets {
       session: options.sessionId,
       budgetUsd: options.budgetUsd ?? 0,
       budgetSession: options.budgetSession ?? "",
+      // The proxy holds the session to it whatever code in the session does with the token (an older proxy ignores it).
+      maxModelCalls: options.maxModelCalls ?? 0,
     });
     return {
       token: response.token,

@@ -173,6 +173,8 @@ export interface TokenIssuer {
     budgetUsd?: number;
     /** The session whose budget this token's calls spend (a harness operation's scratch session spends its parent's). */
     budgetSession?: string;
+    /** The most model calls the session may make (the agent's limits.max_steps); absent: no limit. */
+    maxModelCalls?: number;
   }): Promise<MintedToken>;
   /**
    * Ends the session's token. `neverUsed`: the proxy knows that no model call
