@@ -8,6 +8,7 @@
 // delivered to the session and written again after every re-attach until a
 // stream took it. The tool-call audit checks afterwards that a harness that
 // declares permissions ran only what it was allowed.
+import { isDeepStrictEqual } from "node:util";
 import type { JsonObject as ProtoJsonObject } from "@bufbuild/protobuf";
 import { create } from "@bufbuild/protobuf";
 import {
@@ -27,6 +28,7 @@ import type { PermissionPolicy, PolicyDecision } from "../policy/permission-poli
 import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
 import type { LifecycleSink } from "../sessions/session-runner.js";
 import {
+  DecidedMeanwhileError,
   isTerminal,
   type AgentVersionRecord,
   type DeciderName,
@@ -375,17 +377,7 @@ export class ApprovalService {
         throw failedPrecondition(
           `call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`,
         );
-      if (p.status !== "pending") {
-        if ((p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow)) return p;
-        if (p.status === "cancelled" || p.status === "timed_out") {
-          throw failedPrecondition(
-            `call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`,
-          );
-        }
-        throw failedPrecondition(
-          `call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}; a different answer is refused`,
-        );
-      }
+      if (p.status !== "pending") return answeredBefore(p, options);
       if (!options.allow && !options.reason)
         throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
       const agent =
@@ -403,7 +395,13 @@ export class ApprovalService {
         answeredAt: new Date(),
         delivered: false,
       };
-      await this.#resolve(job, updated);
+      try {
+        await this.#resolve(job, updated);
+      } catch (error) {
+        // Another replica stored an answer since this one read the call waiting: that one stands.
+        if (!(error instanceof DecidedMeanwhileError)) throw error;
+        return answeredBefore((await this.#o.store.getPermission(options.jobId, p.id)) ?? p, options);
+      }
       return updated;
     });
   }
@@ -501,6 +499,26 @@ export class ApprovalService {
   close(): void {
     this.#deadlines.close();
   }
+}
+
+/**
+ * A person's answer to a call decided before it: the same answer again is
+ * accepted once (the decision is returned); any other is refused, saying why.
+ * An edited input other than the one the call was answered with is another
+ * answer: its sender must not read that their input ran.
+ */
+function answeredBefore(p: PermissionRecord, options: AnswerOptions): PermissionRecord {
+  const sameDecision = (p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow);
+  const sameInput = options.input === undefined || isDeepStrictEqual(options.input, p.answerInput);
+  if (sameDecision && sameInput) return p;
+  if (p.status === "cancelled" || p.status === "timed_out") {
+    throw failedPrecondition(
+      `call ${p.id} is ${p.status === "cancelled" ? "cancelled" : "timed out"}: the answer came too late and was not used`,
+    );
+  }
+  throw failedPrecondition(
+    `call ${p.id} was already ${p.status} by ${p.answeredBy || "someone"}${sameDecision ? " with another input" : ""}; a different answer is refused`,
+  );
 }
 
 /**

@@ -7,6 +7,7 @@
 import { fromJsonString } from "@bufbuild/protobuf";
 import { RawEventSchema, type RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
+import { OrchestratorError } from "../orchestrator-error.js";
 import type { AgentDefinition, HarnessManifest, PluginManifest } from "../plugins/plugin-types.js";
 
 export type JobStateName = "pending" | "running" | "waiting" | "succeeded" | "failed" | "cancelled";
@@ -18,6 +19,20 @@ export function isTerminal(state: JobStateName): boolean {
 }
 
 export type JsonObject = { [key: string]: unknown };
+
+/**
+ * A decision on a call that another replica decided after this one read it waiting: nothing of the append is
+ * stored. The first decision stands; the caller reads it back to say what became of the call.
+ */
+export class DecidedMeanwhileError extends OrchestratorError {
+  constructor(p: { jobId: string; id: string; status: string }, current: { status: string; answeredBy: string }) {
+    super(
+      "failed_precondition",
+      `call ${p.id} of job ${p.jobId} was already ${current.status}${current.answeredBy ? ` by ${current.answeredBy}` : ""} meanwhile; this ${p.status} answer is refused`,
+    );
+    this.name = "DecidedMeanwhileError";
+  }
+}
 
 export interface PluginRecord {
   name: string;
@@ -344,7 +359,11 @@ export interface JobStore {
   /** Newest first. */
   listJobs(query?: ListJobsQuery): Promise<JobRecord[]>;
   updateJob(id: string, patch: JobPatch): Promise<JobRecord>;
-  /** Appends events (assigning seq), applies the job patch and upserts permissions atomically; returns the stored events. */
+  /**
+   * Appends events (assigning seq), applies the job patch and upserts permissions atomically; returns the stored
+   * events. A decision on a call already decided (by another replica, since the caller read it waiting) refuses
+   * the whole append with {@link DecidedMeanwhileError}.
+   */
   append(change: JobAppend): Promise<JobEvent[]>;
   /** Events with seq > afterSeq, in order. */
   listJobEvents(jobId: string, afterSeq: number, limit?: number): Promise<JobEvent[]>;

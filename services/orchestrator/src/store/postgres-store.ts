@@ -10,13 +10,14 @@
 // same transaction as the write (`fences`, or one fixed fence for a
 // `fenced()` view). Writes to jobs this replica does not work on (a person's
 // answer, a cancel taken here for a job another replica runs) are not fenced.
+import { isDeepStrictEqual } from "node:util";
 import { sql } from "kysely";
 import type pg from "pg";
 import type { ClusterNotifier } from "../cluster/cluster-notifier.js";
 import { assertLeaseHeld, type LeaseFence } from "../cluster/lease-manager.js";
-import { failedPrecondition } from "../orchestrator-error.js";
 import {
   ACTIVE_JOB_STATES,
+  DecidedMeanwhileError,
   storedLifecycleEvents,
   type PermissionRecord,
   type StoredLifecycleEvent,
@@ -26,6 +27,7 @@ import { migrateOrchestrator } from "./migrations.js";
 import { advisoryXactLock, transactionClient } from "./postgres-locks.js";
 import { createPostgresPool, POSTGRES, postgresDb, type Db, type PostgresConnectionOptions } from "./sql-database.js";
 import { SqlJobStore, type Trx } from "./sql-job-store.js";
+import { fromJson } from "./sql-rows.js";
 
 export interface PostgresJobStoreOptions extends PostgresConnectionOptions {
   /**
@@ -61,7 +63,7 @@ interface Shared {
 const LOCK_PERMISSION = compiledOnce((db, v: { jobId: string; id: string }) =>
   db
     .selectFrom("permissions")
-    .select(["status", "answered_by"])
+    .select(["status", "answered_by", "answer_input"])
     .where("job_id", "=", v.jobId)
     .where("id", "=", v.id)
     .forUpdate(),
@@ -125,16 +127,20 @@ export class PostgresJobStore extends SqlJobStore {
 
   /**
    * Replicas decide a waiting call concurrently (a person at one, the
-   * deadline at the owner): the first decision stands, a different later
-   * one is refused and rolled back with everything it came with.
+   * deadline at the owner, another person at a third): the first decision
+   * stands, a different later one (another status, another answerer,
+   * another input) is refused and rolled back with everything it came with.
    */
   protected override async beforeDecision(trx: Trx, p: PermissionRecord): Promise<void> {
     const [current] = (await LOCK_PERMISSION.execute(trx, POSTGRES, { jobId: p.jobId, id: p.id })).rows;
-    if (current && current.status !== "pending" && current.status !== p.status) {
-      throw failedPrecondition(
-        `call ${p.id} of job ${p.jobId} was already ${current.status}${current.answered_by ? ` by ${current.answered_by}` : ""} meanwhile; this ${p.status} answer is refused`,
-      );
-    }
+    if (!current || current.status === "pending") return;
+    // The same status is not the same decision: approved twice, by two people with two edited inputs, the second
+    // was written over the first, and the record named an input the session was never sent.
+    const sameDecision =
+      current.status === p.status &&
+      current.answered_by === p.answeredBy &&
+      isDeepStrictEqual(current.answer_input === null ? undefined : fromJson(current.answer_input), p.answerInput);
+    if (!sameDecision) throw new DecidedMeanwhileError(p, { status: current.status, answeredBy: current.answered_by });
   }
 
   // Sent on commit only: a rolled-back answer wakes nobody.
