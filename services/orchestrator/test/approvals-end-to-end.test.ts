@@ -5,6 +5,7 @@
 // results ("saw: …"), so what reached the model is in the job's result.
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -57,6 +58,12 @@ const AGENTS: Record<string, string> = {
     tools: ["run_command"],
     extra: 'hooks:\n  - name: slow-guard\n    command: ["node", "hooks/hang.mjs"]\n    timeout: 1s\n',
   }),
+  // Its hook holds every call until it is killed (at 5 minutes): only a cancel ends the wait early.
+  stalled: agent({
+    name: "stalled",
+    tools: ["run_command"],
+    extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
+  }),
   broken: agent({
     name: "broken",
     tools: ["run_command"],
@@ -105,7 +112,8 @@ const COMMANDS: Record<string, string> = {
 
 function pick({ input, turn, request }: { input: string; turn: number; request: ScriptedRequest }): ScriptedTurn {
   if (turn > 0) return { text: `saw: ${toolResults(request)}` };
-  const command = COMMANDS[input.split(" ")[0]!];
+  // `hold PORT`: run as it is (the holding hook connects to the port).
+  const command = input.startsWith("hold ") ? input : COMMANDS[input.split(" ")[0]!];
   if (command) return { toolCalls: [{ name: "run_command", input: { command } }] };
   return { text: `no script for ${input}` };
 }
@@ -124,7 +132,7 @@ async function makeRepo(): Promise<string> {
   const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-hooks-repo-"));
   for (const sub of ["agents", "prompts", "hooks"]) mkdirSync(path.join(dir, sub));
   writeFileSync(path.join(dir, "prompts", "p.md"), "Run the command you are asked to run.\n");
-  for (const hook of ["guard-commands.mjs", "hang.mjs", "crash.mjs"])
+  for (const hook of ["guard-commands.mjs", "hang.mjs", "crash.mjs", "hold.mjs"])
     copyFileSync(
       path.join(fixtures, hook),
       path.join(dir, "hooks", hook === "guard-commands.mjs" ? "guard.mjs" : hook),
@@ -431,6 +439,28 @@ void test("a hook that hangs or crashes denies the call", async () => {
     crashed.resultText,
     "saw: Permission denied: hook crashing-guard (agent broken) failed (exit code 3): guard: cannot reach the policy server; the call is denied",
   );
+});
+
+void test("cancelling a job while a hook decides its call stops the hook: the call ends cancelled, not at the hook's timeout", async () => {
+  const hookRuns = Promise.withResolvers<net.Socket>();
+  const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const jobId = await start("stalled", `hold ${(server.address() as net.AddressInfo).port}`);
+    // The hook runs: it holds the job's lock, which the cancel waited for until the hook's timeout.
+    const hook = await hookRuns.promise;
+    const hookEnded = new Promise((resolve) => hook.once("close", resolve));
+    const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
+    assert.equal(cancelled.code, 0, cancelled.stderr);
+    await hookEnded;
+    assert.equal((await finished(jobId)).state, "JOB_STATE_CANCELLED");
+    const [decision] = decisions(await events(jobId));
+    assert.equal(decision?.decider, "DECIDER_RUNTIME", JSON.stringify(decision));
+    assert.equal(decision?.outcome, "OUTCOME_CANCELLED");
+    assert.equal(decision?.reason, "the job was cancelled");
+  } finally {
+    server.close();
+  }
 });
 
 void test("two calls waiting at once are answered in reverse order, independently", async () => {

@@ -79,6 +79,9 @@ export interface ApprovalServiceOptions {
  */
 export const DEFAULT_MAX_WAITING_APPROVALS = 32;
 
+/** The decision on a call of a cancelled job: refused, nobody asked. */
+const CANCELLED: PolicyDecision = { kind: "deny", decider: "runtime", reason: "the job was cancelled" };
+
 /** How a decided call ended, as the session's answer and the job's event say it. */
 function outcomeOf(p: PermissionRecord): PermissionAnswer_Outcome {
   if (p.status === "cancelled") return PermissionAnswer_Outcome.CANCELLED;
@@ -149,21 +152,32 @@ export class ApprovalService {
     const repeated = requestIdViolation(o.active.requestIds, request);
     if (repeated) return repeated;
     const input = request.input as JsonObject | undefined;
-    const cancelled = job.cancelRequestedAt !== undefined;
-    const policyDecision: PolicyDecision = cancelled
-      ? { kind: "deny", decider: "runtime", reason: "the job was cancelled" }
-      : o.offered
-        ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
-        : await this.#o.policy.decide({
-            jobId: job.id,
-            sessionId: job.sessionId,
-            agent: o.active.agent,
-            id: request.id,
-            tool: request.tool,
-            ...(input ? { input } : {}),
-            title: request.title,
-            callId: request.callId,
-          });
+    const deciding = new AbortController();
+    o.active.deciding = deciding;
+    let decided: PolicyDecision;
+    try {
+      decided =
+        job.cancelRequestedAt !== undefined
+          ? CANCELLED
+          : o.offered
+            ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
+            : await this.#o.policy.decide({
+                jobId: job.id,
+                sessionId: job.sessionId,
+                agent: o.active.agent,
+                id: request.id,
+                tool: request.tool,
+                ...(input ? { input } : {}),
+                title: request.title,
+                callId: request.callId,
+                signal: deciding.signal,
+              });
+    } finally {
+      if (o.active.deciding === deciding) o.active.deciding = undefined;
+    }
+    // Cancelled while its hooks ran (stopDeciding): the call ends with the job's cancel, not with a hook's denial.
+    const cancelled = job.cancelRequestedAt !== undefined || deciding.signal.aborted;
+    const policyDecision = cancelled ? CANCELLED : decided;
     const decision = policyDecision.kind === "ask" ? await this.#withinWaitingCap(job, policyDecision) : policyDecision;
     const record: PermissionRecord = {
       jobId: job.id,
@@ -252,6 +266,15 @@ export class ApprovalService {
   #arm(agent: AgentVersionRecord, p: PermissionRecord): void {
     const at = approvalDeadline(agent, p);
     if (at) this.#deadlines.schedule({ jobId: p.jobId, permissionId: p.id, at });
+  }
+
+  /**
+   * The job is being cancelled: a call of its session decided now stops its
+   * command hooks at once, rather than at their timeout, and ends cancelled.
+   * Its decision holds the job's lock, which the cancel waits for.
+   */
+  stopDeciding(jobId: string): void {
+    this.#o.active.get(jobId)?.deciding?.abort("the job was cancelled");
   }
 
   /** Arms the deadlines of a job's waiting calls again (a restart, a takeover). */

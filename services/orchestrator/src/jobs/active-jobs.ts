@@ -50,6 +50,8 @@ export interface ActiveJob extends SessionState {
   refusals?: { after: number; last: number; times: number };
   /** The ids and call ids its permission requests used (approvals/request-ids.ts): read from the store once, then kept here. */
   requestIds?: RequestIds;
+  /** While a permission request of its session is decided (its hooks may run long): a cancel aborts it. */
+  deciding?: AbortController;
 }
 
 export class ActiveJobs {

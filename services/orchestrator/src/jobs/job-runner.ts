@@ -306,6 +306,7 @@ export class JobRunner {
     if (!active || !this.#ownership.owns(jobId) || this.#stops.asked(jobId)) return;
     const job = await this.#o.store.getJob(jobId);
     if (!job?.cancelRequestedAt || isTerminal(job.state)) return;
+    this.#approvals.stopDeciding(jobId);
     this.#stopStored(job, active);
   }
 
@@ -807,6 +808,8 @@ export class JobRunner {
     // Its model calls end first: answering its waiting calls wakes the harness, which made one more (billed)
     // model call before SIGTERM reached it (operator review). A call already under way runs to its end.
     await this.#endModelCalls(job);
+    // A hook deciding a call holds the job's lock until it answers or times out (hours, if its plugin says so).
+    this.#approvals.stopDeciding(job.id);
     await this.#active.withLock(job.id, () =>
       this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
     );

@@ -28,6 +28,8 @@ export interface RunCommandHookOptions {
   env?: Record<string, string>;
   /** A file the hook's command reads at fd 3, after its stdio (its isolation's seccomp program). */
   readFile?: string;
+  /** Aborted (with a reason) when the call no longer needs the hook's answer: the hook is killed, and the call denied. */
+  signal?: AbortSignal;
 }
 
 function deny(reason: string): HookVerdict {
@@ -72,14 +74,23 @@ export function parseHookAnswer(stdout: string, label: string): HookVerdict {
 /** Run one command hook to its verdict. Never throws: failures are denials. */
 export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerdict> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const { label } = options;
+  const { label, signal } = options;
+  const stopped = (): HookVerdict =>
+    deny(`${label} was stopped (${String(signal?.reason ?? "aborted")}); the call is denied`);
+  if (signal?.aborted) return Promise.resolve(stopped());
   return new Promise((resolve) => {
     let settled = false;
     const finish = (verdict: HookVerdict): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
       resolve(verdict);
+    };
+    // A cancel must not wait for the hook's timeout, which may be hours: it holds the job's lock meanwhile.
+    const onAbort = (): void => {
+      killGroup();
+      finish(stopped());
     };
     const [program, ...args] = options.command;
     let child: ChildProcessByStdio<Writable, Readable, Readable>;
@@ -112,6 +123,7 @@ export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerd
       killGroup();
       finish(deny(`${label} did not answer within ${timeoutMs} ms; the call is denied`));
     }, timeoutMs);
+    signal?.addEventListener("abort", onAbort, { once: true });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => {

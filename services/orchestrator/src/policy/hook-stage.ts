@@ -76,7 +76,12 @@ export function preToolCall(q: PermissionQuestion): PreToolCall {
   };
 }
 
-async function verdictOf(hook: SourcedHook, call: PreToolCall, isolation?: HookIsolation): Promise<HookVerdict> {
+async function verdictOf(
+  hook: SourcedHook,
+  call: PreToolCall,
+  isolation: HookIsolation | undefined,
+  signal: AbortSignal | undefined,
+): Promise<HookVerdict> {
   const spec = hook.spec;
   if (!isCommandHook(spec)) return ruleVerdict(spec, call);
   const resolved = resolveHarnessCommand({
@@ -94,6 +99,7 @@ async function verdictOf(hook: SourcedHook, call: PreToolCall, isolation?: HookI
       label: hook.label,
       cwd: hook.pluginDir,
       ...(spec.timeout ? { timeoutMs: parseDuration(spec.timeout) } : {}),
+      ...(signal ? { signal } : {}),
     });
   } finally {
     isolated?.dispose();
@@ -118,7 +124,7 @@ export class HookStage implements PermissionStage {
       try {
         verdict = await orchestratorTracing.traceHook(
           { sessionId: q.sessionId, permissionId: q.id, hook: hook.spec.name ?? "hook", source: hook.source },
-          () => verdictOf(hook, call, this.#isolation),
+          () => verdictOf(hook, call, this.#isolation, q.signal),
         );
       } catch (error) {
         // A hook that cannot even be evaluated (a bad regex, a bad timeout) fails closed like a crashing one.

@@ -16,6 +16,8 @@ export interface PermissionQuestion {
   input?: JsonObject;
   title: string;
   callId: string;
+  /** Aborted when the job is cancelled while the call is decided: a command hook still running is stopped. */
+  signal?: AbortSignal;
 }
 
 /** `input`: a changed input, and `inputChangedBy` the hook that chose it (its label, for the record and the approval). */
