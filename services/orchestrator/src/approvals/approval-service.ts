@@ -429,22 +429,28 @@ export class ApprovalService {
     });
   }
 
-  /** A cancel, under the job's lock: its waiting calls end cancelled, recorded with `patch` (the cancel itself), and the session is told. */
+  /**
+   * A cancel, under the job's lock: its waiting calls end cancelled, recorded with `patch` (the cancel itself), and
+   * the session is told. A call answered at another replica meanwhile keeps its answer; the cancel goes on.
+   */
   async cancelWaiting(jobId: string, patch: JobPatch): Promise<void> {
-    const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
-    const cancelled = pending.map((p): PermissionRecord => ({
-      ...p,
-      status: "cancelled",
-      decider: "runtime",
-      reason: "the job was cancelled",
-      answeredAt: new Date(),
-      delivered: false,
-    }));
-    await this.#append(jobId, cancelled.map(decisionEvent), {
-      job: patch,
-      permissions: cancelled,
-      // Answered by the runtime, as a deadline's answer is: the lifecycle stream says so for each.
-      lifecycle: cancelled.map((p) => this.#answeredEvent(p)),
+    const cancelled = await againIfAnsweredMeanwhile(async () => {
+      const pending = await this.#o.store.listPermissions({ jobId, pendingOnly: true });
+      const closing = pending.map((p): PermissionRecord => ({
+        ...p,
+        status: "cancelled",
+        decider: "runtime",
+        reason: "the job was cancelled",
+        answeredAt: new Date(),
+        delivered: false,
+      }));
+      await this.#append(jobId, closing.map(decisionEvent), {
+        job: patch,
+        permissions: closing,
+        // Answered by the runtime, as a deadline's answer is: the lifecycle stream says so for each.
+        lifecycle: closing.map((p) => this.#answeredEvent(p)),
+      });
+      return closing;
     });
     for (const p of cancelled) {
       this.#deadlines.clear(jobId, p.id);
@@ -521,6 +527,25 @@ export class ApprovalService {
 
   close(): void {
     this.#deadlines.close();
+  }
+}
+
+/** How often againIfAnsweredMeanwhile writes: far more than people answer one job's calls at once. */
+const ANSWERED_MEANWHILE_ATTEMPTS = 8;
+
+/**
+ * Runs `write`, which reads a job's waiting calls and closes them (a cancel,
+ * the job's end), again when another replica answered one of them after the
+ * read (the store refuses the whole write: DecidedMeanwhileError). Each
+ * attempt finds fewer calls waiting, since a call is answered once.
+ */
+export async function againIfAnsweredMeanwhile<T>(write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (error) {
+      if (!(error instanceof DecidedMeanwhileError) || attempt >= ANSWERED_MEANWHILE_ATTEMPTS) throw error;
+    }
   }
 }
 

@@ -10,7 +10,12 @@ import type { JobEvent } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { REQUEST_ID_RULES, requestIdProblem } from "@oz0/harness/host";
 import type { Logger } from "@oz0/serving";
 import { AgentVersions } from "../agents/agent-versions.js";
-import { ApprovalService, passesAuditUnread, type AnswerOptions } from "../approvals/approval-service.js";
+import {
+  againIfAnsweredMeanwhile,
+  ApprovalService,
+  passesAuditUnread,
+  type AnswerOptions,
+} from "../approvals/approval-service.js";
 import { schemaFields } from "../approvals/runtime-call-permits.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import { OperationRunner } from "../operations/operation-runner.js";
@@ -890,27 +895,34 @@ export class JobRunner {
         active: this.#active.get(jobId),
         ...options,
       });
-      const closed = await this.#approvals.closeWaiting(jobId);
-      await this.#append(jobId, [...closed.events, stateChanged(state, error)], {
-        job: {
-          state,
-          error,
-          finishedAt: new Date(),
-          ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}),
-        },
-        permissions: closed.permissions,
-        lifecycle: [
-          // What its node reported of the session's end: published here, in the job's last write, rather than by
-          // the node, whose credential (held beside agent code on every node) could then say it of any job.
-          this.#sessionEnded(job, this.#active.get(jobId)),
-          this.#o.lifecycle?.event(state === "succeeded" ? "job.completed" : `job.${state as "failed" | "cancelled"}`, {
-            jobId,
-            sessionId: job.sessionId,
-            agentName: job.agentName,
-            agentVersion: String(job.agentVersion),
-            status: state,
-          }),
-        ],
+      // Its waiting calls are read again should one be answered at another replica meanwhile: that refusal left
+      // the job running, with nobody to end it, until the orchestrator restarted.
+      await againIfAnsweredMeanwhile(async () => {
+        const closed = await this.#approvals.closeWaiting(jobId);
+        await this.#append(jobId, [...closed.events, stateChanged(state, error)], {
+          job: {
+            state,
+            error,
+            finishedAt: new Date(),
+            ...(result ? { resultText: result.text, stopReason: result.stopReason } : {}),
+          },
+          permissions: closed.permissions,
+          lifecycle: [
+            // What its node reported of the session's end: published here, in the job's last write, rather than by
+            // the node, whose credential (held beside agent code on every node) could then say it of any job.
+            this.#sessionEnded(job, this.#active.get(jobId)),
+            this.#o.lifecycle?.event(
+              state === "succeeded" ? "job.completed" : `job.${state as "failed" | "cancelled"}`,
+              {
+                jobId,
+                sessionId: job.sessionId,
+                agentName: job.agentName,
+                agentVersion: String(job.agentVersion),
+                status: state,
+              },
+            ),
+          ],
+        });
       });
       this.#operations.cancelJob(jobId);
       const active = this.#active.get(jobId);
