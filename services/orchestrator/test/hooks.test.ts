@@ -264,6 +264,20 @@ void test("a hook that hangs, crashes or prints garbage denies the call, saying 
     decider: "hook",
     reason: "hook slow (agent coder) did not answer within 1000 ms; the call is denied",
   });
+  // An input no record can hold denies, naming the hook (the job once failed, blaming its session's message).
+  const infinite = await new PermissionPolicy({ hooks: [new HookStage()] }).decide(
+    question(
+      agentWith({ agentHooks: [{ name: "overflow", command: ["node", path.join(fixtures, "infinite-input.mjs")] }] }),
+      "run_command",
+      { command: "ls" },
+    ),
+  );
+  assert.deepEqual(infinite, {
+    kind: "deny",
+    decider: "hook",
+    reason:
+      "hook overflow (agent coder) answered with an input whose number at /retries is not finite (JSON has no Infinity or NaN); the call is denied",
+  });
 });
 
 void test("invalid hooks are refused naming the file and the field", () => {

@@ -23,6 +23,7 @@ import { LeaseLostError } from "../cluster/lease-manager.js";
 import type { ActiveJob, ActiveJobs } from "../jobs/active-jobs.js";
 import { appendJobStep, stateChanged, type JobEventInit, type JobStepWrites } from "../jobs/job-events.js";
 import type { JobFeed } from "../jobs/job-feed.js";
+import { nonFiniteNumberAt } from "../operations/harness-operations.js";
 import { failedPrecondition, invalidArgument, notFound, permissionDenied } from "../orchestrator-error.js";
 import type { PermissionPolicy, PolicyDecision } from "../policy/permission-policy.js";
 import { toolResultViolation, type ToolResultSeen } from "../policy/tool-call-audit.js";
@@ -403,6 +404,11 @@ export class ApprovalService {
       if (p.status !== "pending") return answeredBefore(p, options);
       if (!options.allow && !options.reason)
         throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      const notFinite = options.input ? nonFiniteNumberAt(options.input) : undefined;
+      if (notFinite !== undefined)
+        throw invalidArgument(
+          `the edited input's number at ${notFinite} is not finite (JSON has no Infinity or NaN; 1e400 reads as Infinity): give a finite number`,
+        );
       const agent =
         this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
       const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });

@@ -22,6 +22,7 @@ import {
 } from "./hook-rules.js";
 import type { AgentVersionRecord } from "../store/job-store.js";
 import type { PermissionQuestion, PermissionStage, PolicyDecision } from "./permission-policy.js";
+import { nonFiniteNumberAt } from "../operations/harness-operations.js";
 import { MANIFEST_FILE } from "../plugins/plugin-registry.js";
 import type { PluginManifest } from "../plugins/plugin-types.js";
 import { orchestratorTracing } from "../tracing.js";
@@ -134,6 +135,14 @@ export class HookStage implements PermissionStage {
         };
       }
       if (verdict.decision === "continue") continue;
+      // JSON has no Infinity or NaN (a hook's 1e400, a manifest's .inf): the job's records could not hold the
+      // input, and the job failed three decisions later as if its session had sent something unstorable.
+      const notFinite = verdict.input ? nonFiniteNumberAt(verdict.input) : undefined;
+      if (notFinite !== undefined)
+        verdict = {
+          decision: "deny",
+          reason: `${hook.label} answered with an input whose number at ${notFinite} is not finite (JSON has no Infinity or NaN); the call is denied`,
+        };
       // The hook's name goes into the reason, so the job's record says which hook decided.
       const reason = verdict.reason.startsWith(hook.label) ? verdict.reason : `${hook.label}: ${verdict.reason}`;
       const changed = verdict.input ? { input: verdict.input, inputChangedBy: hook.label } : {};
