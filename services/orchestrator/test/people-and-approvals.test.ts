@@ -149,6 +149,10 @@ void test("only the agent's approvers answer: bob is refused naming the rule, al
   const alice = await t.cli(["approve", jobId, callId], as("alice"));
   assert.equal(alice.code, 0, alice.stderr);
   assert.equal(await finishedState(jobId), "JOB_STATE_SUCCEEDED");
+  // The same answer again is accepted once, but only from someone who may answer: bob read "approved".
+  const bobAgain = await t.cli(["approve", jobId, callId], as("bob"));
+  assert.equal(bobAgain.code, 1, bobAgain.stdout);
+  assert.match(bobAgain.stderr, /bob may not answer call .*: agent restricted lets only alice answer/);
   const [record] = jsonLines((await t.cli(["approvals", "list", "--job", jobId, "--all", "--json"])).stdout);
   assert.equal(record?.answeredBy, "alice");
   const [answered] = await publicEvents(jobId, "approval.answered");

@@ -401,6 +401,11 @@ export class ApprovalService {
         throw failedPrecondition(
           `call ${p.id} was decided by the ${p.decider ?? "policy"} (${p.status}); it does not wait for a person`,
         );
+      // Who may answer, first: someone who may not was told "approved" when they repeated an earlier answer.
+      const agent =
+        this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
+      const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });
+      if (refusal) throw permissionDenied(refusal);
       if (p.status !== "pending") return answeredBefore(p, options);
       if (!options.allow && !options.reason)
         throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
@@ -409,10 +414,6 @@ export class ApprovalService {
         throw invalidArgument(
           `the edited input's number at ${notFinite} is not finite (JSON has no Infinity or NaN; 1e400 reads as Infinity): give a finite number`,
         );
-      const agent =
-        this.#o.active.get(job.id)?.agent ?? (await this.#o.store.getAgentVersion(job.agentName, job.agentVersion));
-      const refusal = answerRefusal({ agent, job, callId: p.id, answerer: options.answeredBy });
-      if (refusal) throw permissionDenied(refusal);
       const updated: PermissionRecord = {
         ...p,
         status: options.allow ? "approved" : "denied",
