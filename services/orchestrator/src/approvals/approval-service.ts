@@ -409,6 +409,11 @@ export class ApprovalService {
       if (p.status !== "pending") return answeredBefore(p, options);
       if (!options.allow && !options.reason)
         throw invalidArgument("a denial needs a reason (it is shown to the model): pass --reason TEXT");
+      // Nothing runs on a denial: kept, its input was recorded as the call's, "changed by" the person.
+      if (!options.allow && options.input)
+        throw invalidArgument(
+          "a denial runs nothing, so it takes no input: deny without one, or approve the edited input",
+        );
       const notFinite = options.input ? nonFiniteNumberAt(options.input) : undefined;
       if (notFinite !== undefined)
         throw invalidArgument(
