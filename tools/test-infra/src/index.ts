@@ -9,7 +9,7 @@ export {
   startKafka,
   waitForKafka,
 } from "./kafka-launcher.js";
-export type { KafkaJarsOptions, KafkaOptions, RunningKafka } from "./kafka-launcher.js";
+export type { KafkaJarsOptions, KafkaOptions, RunningKafka, ScramUser } from "./kafka-launcher.js";
 export { findPostgresBinDir, startPostgres, waitForPostgres } from "./postgres-launcher.js";
 export type { PostgresOptions, RunningPostgres } from "./postgres-launcher.js";
 export { InfrastructureError } from "./infrastructure-error.js";

@@ -72,16 +72,39 @@ export async function ensureKafkaJars(options: KafkaJarsOptions = {}): Promise<s
   return libs;
 }
 
+/** A user the broker knows by a SCRAM credential, written into its metadata when its storage is formatted. */
+export interface ScramUser {
+  /** Default SCRAM-SHA-512. */
+  mechanism?: "SCRAM-SHA-512" | "SCRAM-SHA-256";
+  username: string;
+  password: string;
+}
+
 export interface KafkaOptions extends KafkaJarsOptions {
   /** Max heap. Default `512m`: the CI machines have 2 cores shared by every test run. */
   heap?: string;
   /** How long to wait for the broker to answer. Default 90 s. */
   readyTimeoutMs?: number;
+  /**
+   * SCRAM users. With any, the broker also listens with SASL_PLAINTEXT
+   * (`saslBrokers`), where a client must authenticate by SCRAM-SHA-512 or
+   * SCRAM-SHA-256 as one of them. The plaintext listener (`brokers`) stays.
+   */
+  scramUsers?: ScramUser[];
+  /**
+   * Kafka's StandardAuthorizer: a user of the SASL listener may do only what
+   * ACLs allow it. The plaintext listener's clients (`User:ANONYMOUS`, which
+   * is also the broker itself, on its controller and inter-broker links) are
+   * super users, so a test creates topics and ACLs through `brokers`.
+   */
+  authorizer?: boolean;
 }
 
 export interface RunningKafka {
   /** `127.0.0.1:<port>`, for kafkajs `brokers` (or KAFKA_BROKERS). */
   readonly brokers: string[];
+  /** `127.0.0.1:<port>` of the SASL_PLAINTEXT listener; empty without `scramUsers`. */
+  readonly saslBrokers: string[];
   /** The broker's data and log folder (its output is in `broker.log`). */
   readonly dir: string;
   /** Stop the broker (controlled shutdown) and keep its data, so `restart()` brings it back. */
@@ -94,11 +117,22 @@ export interface RunningKafka {
 
 /** Start a single-node KRaft broker on loopback and wait until it answers. */
 export async function startKafka(options: KafkaOptions = {}): Promise<RunningKafka> {
+  const scramUsers = options.scramUsers ?? [];
+  const addScram = scramUsers.map(scramArgument);
   const libs = await ensureKafkaJars(options);
   const dir = mkdtempSync(path.join(tmpdir(), "oz0-kafka-"));
-  const [port, controllerPort] = (await freePorts(2)) as [number, number];
+  const [port, controllerPort, saslPort] = (await freePorts(3)) as [number, number, number];
   const properties = path.join(dir, "server.properties");
-  writeFileSync(properties, serverProperties({ dir, port, controllerPort }));
+  writeFileSync(
+    properties,
+    serverProperties({
+      dir,
+      port,
+      controllerPort,
+      ...(scramUsers.length > 0 ? { saslPort } : {}),
+      authorizer: options.authorizer ?? false,
+    }),
+  );
   const classpath = `${libs}/*`;
   const java = javaCommand();
   const jvm = [
@@ -123,9 +157,12 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
       `--cluster-id=${clusterId}`,
       "-c",
       properties,
+      // The users' credentials go into the cluster's first metadata, so they hold from the first connection.
+      ...addScram.flatMap((user) => ["--add-scram", user]),
     ],
   });
   const brokers = [`127.0.0.1:${port}`];
+  const saslBrokers = scramUsers.length > 0 ? [`127.0.0.1:${saslPort}`] : [];
   const logFile = path.join(dir, "broker.log");
   const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
   let process_: OwnedProcess | undefined;
@@ -148,6 +185,7 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   let closed = false;
   return {
     brokers,
+    saslBrokers,
     dir,
     async stop() {
       await process_?.stop({ signal: "SIGTERM", graceMs: 15_000 });
@@ -207,16 +245,58 @@ export async function waitForKafka(options: {
   );
 }
 
-function serverProperties(options: { dir: string; port: number; controllerPort: number }): string {
+/**
+ * `SCRAM-SHA-512=[name=…,password=…]`, as `StorageTool format --add-scram` takes it. Its parser splits at `,`, `=`,
+ * `[` and `]` and reads `"` as a quote: a test's name or password keeps to characters it passes as they are.
+ */
+function scramArgument(user: ScramUser): string {
+  for (const [what, value] of [
+    ["username", user.username],
+    ["password", user.password],
+  ] as const)
+    if (!/^[A-Za-z0-9._~-]+$/.test(value))
+      throw new InfrastructureError(
+        "KAFKA_SCRAM_USER_INVALID",
+        `a SCRAM user's ${what} for the test broker must be letters, digits, '.', '_', '~' and '-' (the format tool's syntax)`,
+      );
+  return `${user.mechanism ?? "SCRAM-SHA-512"}=[name=${user.username},password=${user.password}]`;
+}
+
+function serverProperties(options: {
+  dir: string;
+  port: number;
+  controllerPort: number;
+  /** A SASL_PLAINTEXT listener taking SCRAM, when given. */
+  saslPort?: number;
+  authorizer: boolean;
+}): string {
+  const sasl = options.saslPort !== undefined;
   return [
     "process.roles=broker,controller",
     "node.id=1",
     `controller.quorum.bootstrap.servers=127.0.0.1:${options.controllerPort}`,
-    `listeners=PLAINTEXT://127.0.0.1:${options.port},CONTROLLER://127.0.0.1:${options.controllerPort}`,
-    `advertised.listeners=PLAINTEXT://127.0.0.1:${options.port}`,
+    `listeners=PLAINTEXT://127.0.0.1:${options.port},CONTROLLER://127.0.0.1:${options.controllerPort}` +
+      (sasl ? `,SASL_PLAINTEXT://127.0.0.1:${options.saslPort}` : ""),
+    `advertised.listeners=PLAINTEXT://127.0.0.1:${options.port}` +
+      (sasl ? `,SASL_PLAINTEXT://127.0.0.1:${options.saslPort}` : ""),
     "controller.listener.names=CONTROLLER",
-    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" +
+      (sasl ? ",SASL_PLAINTEXT:SASL_PLAINTEXT" : ""),
     "inter.broker.listener.name=PLAINTEXT",
+    ...(sasl
+      ? [
+          "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256",
+          "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+          "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        ]
+      : []),
+    ...(options.authorizer
+      ? [
+          "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+          // The plaintext listener, the controller's and the broker's own links: nothing there authenticates.
+          "super.users=User:ANONYMOUS",
+        ]
+      : []),
     `log.dirs=${path.join(options.dir, "data")}`,
     "num.partitions=1",
     "auto.create.topics.enable=true",

@@ -8,7 +8,7 @@ import path from "node:path";
 import { describe, test } from "node:test";
 import { Kafka, logLevel } from "kafkajs";
 import pg from "pg";
-import { startPostgres, testNeeds } from "@oz0/test-infra";
+import { InfrastructureError, startKafka, startPostgres, testNeeds } from "@oz0/test-infra";
 
 void describe("the runner's infrastructure", () => {
   void test("Kafka from KAFKA_BROKERS takes and returns a message", async () => {
@@ -60,6 +60,23 @@ void describe("the runner's infrastructure", () => {
         await late.end().catch(() => undefined);
       }
     });
+  });
+});
+
+void describe("startKafka's SCRAM users", () => {
+  void test("a name or password the format tool would split is refused before anything starts", async () => {
+    for (const user of [
+      { username: "events", password: "a,b" },
+      { username: "ev]ents", password: "secret" },
+      { username: "events", password: 'quo"te' },
+    ])
+      await assert.rejects(startKafka({ scramUsers: [user] }), (error: unknown) => {
+        assert.ok(error instanceof InfrastructureError);
+        assert.equal(error.code, "KAFKA_SCRAM_USER_INVALID");
+        // The refusal names the field, never the value: a test's password stays out of its report.
+        assert.doesNotMatch(error.message, /a,b|ev\]ents|quo"te/);
+        return true;
+      });
   });
 });
 
