@@ -11,6 +11,7 @@ import { parentPort, workerData } from "node:worker_threads";
 import type { LogEntry } from "kafkajs";
 import { toKafkaMessage, type KafkaMessage } from "./cloudevents.js";
 import { poolSmallZeroFilledBuffers } from "./kafka-allocation.js";
+import { kafkaFailure, kafkajsSecurity, type KafkaFailure, type KafkaSecurity } from "./kafka-security.js";
 import { useFasterKafkajsPaths } from "./kafkajs-hot-paths.js";
 
 export interface ProducerWorkerData {
@@ -18,6 +19,8 @@ export interface ProducerWorkerData {
   topic: string;
   partitions: number;
   clientId: string;
+  /** SASL and TLS; unset: PLAINTEXT. */
+  security?: KafkaSecurity;
 }
 
 export type ToProducerWorker =
@@ -29,7 +32,8 @@ export type ToProducerWorker =
   | { kind: "close" };
 
 export type FromProducerWorker =
-  | { kind: "done"; id: number; connected: boolean; error?: string }
+  /** `error` is kafkajs's message (never the password: kafkajs does not put it in one), `failure` what kind it is. */
+  | { kind: "done"; id: number; connected: boolean; error?: string; failure?: KafkaFailure }
   | { kind: "log"; namespace: string; label: string; message: string; broker?: unknown; error?: unknown };
 
 // This thread runs nothing but the producer (see kafka-allocation.ts).
@@ -45,6 +49,7 @@ const post = (message: FromProducerWorker): void => port.postMessage(message);
 const kafka = new Kafka({
   clientId: options.clientId,
   brokers: options.brokers,
+  ...kafkajsSecurity(options.security),
   connectionTimeout: 3_000,
   retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2_000 },
   logLevel: logLevel.WARN,
@@ -122,6 +127,12 @@ port.on("message", (request: ToProducerWorker) => {
   (request.kind === "send" ? send(request.events) : connect()).then(
     () => post({ kind: "done", id: request.id, connected }),
     (error: unknown) =>
-      post({ kind: "done", id: request.id, connected, error: error instanceof Error ? error.message : String(error) }),
+      post({
+        kind: "done",
+        id: request.id,
+        connected,
+        error: error instanceof Error ? error.message : String(error),
+        failure: kafkaFailure(error),
+      }),
   );
 });

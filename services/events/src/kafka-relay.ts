@@ -9,6 +9,7 @@
 import { Worker } from "node:worker_threads";
 import type { Logger } from "@oz0/serving";
 import type { FromProducerWorker, ProducerWorkerData, ToProducerWorker } from "./kafka-producer-worker.js";
+import type { KafkaFailure, KafkaSecurity } from "./kafka-security.js";
 import type { Outbox, StoredEvent } from "./outbox.js";
 
 export interface KafkaRelayOptions {
@@ -21,6 +22,8 @@ export interface KafkaRelayOptions {
   /** Events per produce request. Default 1 000. */
   batchSize?: number;
   clientId?: string;
+  /** SASL credentials and TLS for the brokers (README, "Kafka"). Unset: PLAINTEXT. */
+  security?: KafkaSecurity;
   /**
    * Undelivered events past which `caughtUp()` waits, so Publish answers at
    * the pace the relay delivers. Default one produce request (`batchSize`).
@@ -36,7 +39,7 @@ export class KafkaRelay {
   private stopping = false;
   private wakeUp: (() => void) | undefined;
   private loop: Promise<void> | undefined;
-  private outage: { since: number } | undefined;
+  private outage: { since: number; failure: KafkaFailure } | undefined;
   /** Publish calls held back until the backlog is short again (`caughtUp`). */
   private readonly catchingUp = new Set<() => void>();
 
@@ -48,6 +51,7 @@ export class KafkaRelay {
         topic: options.topic,
         partitions: options.partitions ?? 3,
         clientId: options.clientId ?? "oz0-events",
+        ...(options.security ? { security: options.security } : {}),
       },
       (entry) => this.kafkaLog(entry),
     );
@@ -143,24 +147,54 @@ export class KafkaRelay {
       } catch (error) {
         // Closing ends the batch in flight: it stays in the outbox for the next start.
         if (this.stopping) break;
-        if (!this.outage) {
-          this.outage = { since: Date.now() };
+        const failure = error instanceof KafkaRequestError ? error.failure : "unavailable";
+        // Once per outage, and again when its cause changes (a broker back up that now refuses the credentials).
+        if (this.outage?.failure !== failure) {
+          const first = !this.outage;
+          this.outage = { since: this.outage?.since ?? Date.now(), failure };
           // Publish calls held back go on: the outbox keeps what Kafka cannot take now.
-          this.releaseCaughtUp();
-          this.logger.warn(
-            {
-              code: "KAFKA_UNAVAILABLE",
-              brokers: this.options.brokers,
-              undelivered: this.options.outbox.undeliveredCount(),
-              reason: (error as Error).message,
-            },
-            "cannot deliver events to Kafka; they stay in the outbox and are retried until the broker is back",
-          );
+          if (first) this.releaseCaughtUp();
+          this.warnOutage(failure, (error as Error).message);
         }
         await this.sleep(backoffMs);
         backoffMs = Math.min(backoffMs * 2, 2_000);
       }
     }
+  }
+
+  private warnOutage(failure: KafkaFailure, reason: string): void {
+    const sasl = this.options.security?.sasl;
+    const user = sasl
+      ? `the Kafka user ${sasl.username} (${sasl.mechanism})`
+      : "this service's connection without credentials (OZ0_KAFKA_SASL_MECHANISM is unset)";
+    const kept = "events stay in the outbox and are retried";
+    const [code, message] = {
+      unavailable: [
+        "KAFKA_UNAVAILABLE",
+        "cannot deliver events to Kafka; they stay in the outbox and are retried until the broker is back",
+      ],
+      authentication: [
+        "KAFKA_AUTHENTICATION_FAILED",
+        `Kafka refused the credentials of ${user}; ${kept}: check OZ0_KAFKA_SASL_USERNAME and the password in OZ0_KAFKA_SASL_PASSWORD_FILE, then restart the service (it reads the file at start)`,
+      ],
+      authorization: [
+        "KAFKA_NOT_AUTHORIZED",
+        `Kafka's ACLs do not let ${user} use the topic ${this.options.topic}; ${kept}: allow it Write, Describe and Create on that topic (deploy/k8s: the KafkaUser oz0-events)`,
+      ],
+      tls: [
+        "KAFKA_TLS_FAILED",
+        `the TLS connection to Kafka failed; ${kept}: set OZ0_KAFKA_TLS_CA_FILE to the CA that signed the brokers' certificates, and KAFKA_BROKERS to the names they are issued for`,
+      ],
+    }[failure];
+    this.logger.warn(
+      {
+        code,
+        brokers: this.options.brokers,
+        undelivered: this.options.outbox.undeliveredCount(),
+        reason,
+      },
+      message,
+    );
   }
 
   private sleep(ms: number): Promise<void> {
@@ -204,6 +238,17 @@ function withinRequestSize(events: StoredEvent[]): StoredEvent[] {
     if (bytes > MAX_BATCH_BYTES && i > 0) return events.slice(0, i);
   }
   return events;
+}
+
+/** A request the producer thread could not complete, and why (`kafkaFailure`). */
+class KafkaRequestError extends Error {
+  constructor(
+    message: string,
+    readonly failure: KafkaFailure,
+  ) {
+    super(message);
+    this.name = "KafkaRequestError";
+  }
 }
 
 /**
@@ -262,7 +307,7 @@ class ProducerWorker {
       if (pending?.id !== message.id) return;
       this.pending = undefined;
       if (message.error === undefined) pending.resolve();
-      else pending.reject(new Error(message.error));
+      else pending.reject(new KafkaRequestError(message.error, message.failure ?? "unavailable"));
     });
     const lost = (reason: string): void => {
       if (this.worker !== worker) return;

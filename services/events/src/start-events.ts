@@ -5,6 +5,7 @@ import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
 import { Authenticator, createLogger, registration, serve, type AuthSettings, type Logger } from "@oz0/serving";
 import { eventsService } from "./events-service.js";
 import { KafkaRelay } from "./kafka-relay.js";
+import { describeKafkaSecurity, type KafkaSecurity } from "./kafka-security.js";
 import { Outbox } from "./outbox.js";
 import { publishTraces } from "./tracing.js";
 
@@ -22,6 +23,11 @@ export interface EventsConfig {
   kafkaBrokers?: string[];
   /** Default `oz0.lifecycle.v1` (OZ0_KAFKA_TOPIC). */
   topic?: string;
+  /**
+   * SASL credentials and TLS for the brokers (OZ0_KAFKA_SASL_*, OZ0_KAFKA_TLS*).
+   * Unset: PLAINTEXT, as before.
+   */
+  kafkaSecurity?: KafkaSecurity;
   /** Partitions when the service creates the topic. Default 3. */
   partitions?: number;
   /**
@@ -67,8 +73,18 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
   const brokers = config.kafkaBrokers?.filter(Boolean) ?? [];
   const outbox = new Outbox({ dataDir: config.dataDir, now, relayTail: brokers.length > 0 });
   const topic = config.topic || DEFAULT_TOPIC;
+  const security = config.kafkaSecurity;
   const relay =
-    brokers.length > 0 ? new KafkaRelay({ brokers, topic, outbox, logger, partitions: config.partitions }) : undefined;
+    brokers.length > 0
+      ? new KafkaRelay({
+          brokers,
+          topic,
+          outbox,
+          logger,
+          partitions: config.partitions,
+          ...(security ? { security } : {}),
+        })
+      : undefined;
   const shutdown = new AbortController();
   let server;
   try {
@@ -137,8 +153,16 @@ export async function startEvents(config: EventsConfig = {}): Promise<RunningEve
     pruneTimer = setInterval(prune, config.pruneIntervalMs ?? Math.min(3_600_000, Math.max(60_000, retentionMs / 10)));
     pruneTimer.unref();
   }
+  if (relay && security?.sasl?.mechanism === "PLAIN" && !security.tls)
+    logger.warn(
+      { code: "KAFKA_PLAIN_WITHOUT_TLS" },
+      "SASL PLAIN sends the Kafka password as it is over a connection without TLS: set OZ0_KAFKA_TLS=true (or OZ0_KAFKA_TLS_CA_FILE), or use SCRAM-SHA-512",
+    );
   logger.info(
-    { kafka: brokers.length > 0 ? { brokers, topic } : "off (local log only)", dataDir: config.dataDir ?? "memory" },
+    {
+      kafka: brokers.length > 0 ? { brokers, topic, ...describeKafkaSecurity(security) } : "off (local log only)",
+      dataDir: config.dataDir ?? "memory",
+    },
     "events ready",
   );
 
