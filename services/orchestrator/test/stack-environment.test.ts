@@ -47,6 +47,11 @@ void test("serviceEnv passes the basics and each service's own settings, never c
     DATABASE_URL: "postgres://elsewhere",
     KAFKA_BROKERS: "broker:9092",
     OZ0_AUTH_CONFIG: "/etc/oz0/auth.yaml",
+    OZ0_KAFKA_SASL_MECHANISM: "SCRAM-SHA-512",
+    OZ0_KAFKA_SASL_USERNAME: "oz0-events",
+    OZ0_KAFKA_SASL_PASSWORD_FILE: "/run/secrets/kafka-password",
+    OZ0_KAFKA_TLS: "true",
+    OZ0_KAFKA_TLS_CA_FILE: "/run/secrets/kafka-ca.crt",
     AWS_SECRET_ACCESS_KEY: "aws",
     // Another deployment's wiring, and a session's, when oz0 runs inside a job.
     OZ0_ORCHESTRATOR_URL: "http://orchestrator.elsewhere:7710",
@@ -80,6 +85,15 @@ void test("serviceEnv passes the basics and each service's own settings, never c
       assert.equal(env[withheld], undefined, `${name} got ${withheld}`);
     }
     assert.equal(env.KAFKA_BROKERS, name === "events" ? "broker:9092" : undefined);
+    // Where the Kafka password is, for the relay alone: not for a sandbox, whose sessions could then go and read it.
+    for (const kafka of [
+      "OZ0_KAFKA_SASL_MECHANISM",
+      "OZ0_KAFKA_SASL_USERNAME",
+      "OZ0_KAFKA_SASL_PASSWORD_FILE",
+      "OZ0_KAFKA_TLS",
+      "OZ0_KAFKA_TLS_CA_FILE",
+    ] as const)
+      assert.equal(env[kafka], name === "events" ? shell[kafka] : undefined, `${name} got ${kafka}`);
     assert.equal(env.OZ0_AUTH_CONFIG, name === "events" || name === "orchestrator" ? "/etc/oz0/auth.yaml" : undefined);
     assert.equal(env.OZ0_KEK, name === "llm-proxy" ? "kek" : undefined);
   }

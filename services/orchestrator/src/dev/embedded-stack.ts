@@ -662,6 +662,15 @@ const SHARED_VARIABLES = new Set([
 ]);
 const SHARED_PREFIXES = ["LC_", "OTEL_", "OZ0_"];
 
+/** The relay's Kafka user and TLS (services/events, "Configuration"): where its password is, for events alone. */
+const KAFKA_SECURITY = [
+  "OZ0_KAFKA_SASL_MECHANISM",
+  "OZ0_KAFKA_SASL_USERNAME",
+  "OZ0_KAFKA_SASL_PASSWORD_FILE",
+  "OZ0_KAFKA_TLS",
+  "OZ0_KAFKA_TLS_CA_FILE",
+];
+
 /** What only one service takes from the shell. */
 const SERVICE_VARIABLES: Record<StackServiceName, readonly string[]> = {
   // Upstream calls to providers may need the shell's proxy settings.
@@ -677,7 +686,7 @@ const SERVICE_VARIABLES: Record<StackServiceName, readonly string[]> = {
     "OZ0_SECRETS_DIR",
   ],
   // People are authenticated by the orchestrator and by the events service (Watch, Transcript).
-  events: ["KAFKA_BROKERS", "OZ0_AUTH_CONFIG"],
+  events: ["KAFKA_BROKERS", "OZ0_AUTH_CONFIG", ...KAFKA_SECURITY],
   orchestrator: ["OZ0_AUTH_CONFIG"],
   sandbox: [],
 };
@@ -698,6 +707,7 @@ const WITHHELD = new Set([
   "OZ0_KEK_FILE",
   "OZ0_SECRETS_DIR",
   "OZ0_AUTH_CONFIG",
+  ...KAFKA_SECURITY,
 ]);
 
 /**
