@@ -308,15 +308,15 @@ void describe("the schema checks catch mistakes", () => {
 });
 
 void describe("the kept Strimzi CRDs", () => {
-  void it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool and KafkaTopic", () => {
-    for (const kind of ["Kafka", "KafkaNodePool", "KafkaTopic"]) {
+  void it("serve kafka.strimzi.io/v1 Kafka, KafkaNodePool, KafkaTopic and KafkaUser", () => {
+    for (const kind of ["Kafka", "KafkaNodePool", "KafkaTopic", "KafkaUser"]) {
       assert.ok(crdSchemas.has(`kafka.strimzi.io/v1|${kind}`), kind);
     }
   });
 
   void it("each have exactly one storage version, which is served (or an API server refuses to install them)", () => {
     const files = readdirSync(crdDir).filter((f) => f.endsWith(".yaml"));
-    assert.equal(files.length, 3);
+    assert.equal(files.length, 4);
     for (const file of files) {
       const crd = parse(readFileSync(path.join(crdDir, file), "utf8")) as Any;
       assert.equal(crd.apiVersion, "apiextensions.k8s.io/v1", file);
