@@ -21,7 +21,7 @@ for (const dir of overlayDirs()) {
       objects = render(dir);
     });
 
-    void it("lets only the events pods reach Kafka, whose listener takes no credential", () => {
+    void it("lets only the events pods reach Kafka's listener (which also asks for a credential: kafka-auth.test.ts)", () => {
       assert.deepEqual(kafkaFindings(objects), []);
     });
 
@@ -60,13 +60,13 @@ void describe("the network checks catch mistakes", () => {
 
   void it("Kafka's listener without its peers, with the sandbox's, or outside the cluster", () => {
     const open = broken((o) => delete listener(o).networkPolicyPeers);
-    assert.match(kafkaFindings(open).join("\n"), /listener plain names no networkPolicyPeers: every pod/);
+    assert.match(kafkaFindings(open).join("\n"), /listener scram names no networkPolicyPeers: every pod/);
     const sandbox = broken((o) =>
       listener(o).networkPolicyPeers.push({ podSelector: { matchLabels: { "app.kubernetes.io/name": "sandbox" } } }),
     );
-    assert.match(kafkaFindings(sandbox).join("\n"), /listener plain admits .*sandbox.*, not the events pods alone/);
+    assert.match(kafkaFindings(sandbox).join("\n"), /listener scram admits .*sandbox.*, not the events pods alone/);
     const outside = broken((o) => (listener(o).type = "loadbalancer"));
-    assert.match(kafkaFindings(outside).join("\n"), /listener plain is of type loadbalancer, not internal/);
+    assert.match(kafkaFindings(outside).join("\n"), /listener scram is of type loadbalancer, not internal/);
     const everyone = broken((o) => policy(o, "kafka-cluster").spec.ingress[0].from.push({ podSelector: {} }));
     const findings = kafkaFindings(everyone).join("\n");
     assert.match(findings, /kafka-cluster lets sandbox pods reach the Kafka pods/);

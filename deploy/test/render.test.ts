@@ -126,6 +126,9 @@ for (const dir of overlayDirs()) {
         "oz0-llm-proxy-token",
         "oz0-events-token",
       ]);
+      // Secrets Strimzi's User Operator writes for the KafkaUsers rendered here: each user's password, in a Secret of
+      // the user's name (the Kafka's userOperator sets no secretPrefix).
+      for (const user of objects.filter((o) => o.kind === "KafkaUser")) operatorSecrets.add(user.metadata.name);
       // ConfigMaps the operator creates in prod (dev generates them).
       const operatorConfigMaps = new Set(["oz0-service-token-digests", "oz0-node-identity"]);
       for (const svc of objects.filter((o) => o.kind === "Service") as Any[]) {
@@ -298,6 +301,19 @@ void describe("the schema checks catch mistakes", () => {
     assert.match(errors, /\.spec\.partitions: 0 < minimum 1/);
     delete pool.spec.storage;
     assert.match((await schemaErrors([pool])).join("\n"), /missing required field "storage"/);
+    // Authentication, authorization and users: v1 dropped `oauth` listeners and an ACL's single `operation`.
+    kafka.spec.kafka.listeners[0].authentication.type = "oauth";
+    kafka.spec.kafka.authorization.type = "keycloak";
+    const user = find("KafkaUser") as Any;
+    user.spec.authorization.acls[0].operation = "Write";
+    delete user.spec.authorization.acls[0].operations;
+    user.spec.authorization.acls[0].resource.patternType = "regex";
+    const authErrors = (await schemaErrors([kafka, user])).join("\n");
+    assert.match(authErrors, /\.listeners\[0\]\.authentication\.type: "oauth" is not one of/);
+    assert.match(authErrors, /\.spec\.kafka\.authorization\.type: "keycloak" is not one of/);
+    assert.match(authErrors, /KafkaUser\/oz0-events: .*\.acls\[0\]\.operation: unknown field/);
+    assert.match(authErrors, /\.acls\[0\]: missing required field "operations"/);
+    assert.match(authErrors, /\.acls\[0\]\.resource\.patternType: "regex" is not one of/);
   });
 
   void it("a Strimzi object with an API version the kept CRDs do not serve", async () => {

@@ -127,6 +127,9 @@ const secretReaders: { secret: RegExp; readers: Reader[] }[] = [
       { workload: "orchestrator", container: "orchestrator", how: "env", env: "OZ0_SERVICE_TOKEN_FOR_SANDBOX" },
     ],
   },
+  // The events service's Kafka password, which Strimzi's User Operator writes for the KafkaUser oz0-events: a file
+  // in events (kafka-auth.test.ts checks where it is mounted).
+  { secret: /^oz0-events$/, readers: [{ workload: "events", how: "volume" }] },
   // PostgreSQL: the orchestrators' URL, and the proxies' own role (its schema holds encrypted keys).
   { secret: /^oz0-postgres$/, readers: [{ workload: "orchestrator", how: "env", env: "DATABASE_URL" }] },
   { secret: /^oz0-llm-proxy-postgres$/, readers: [{ workload: "llm-proxy", how: "env", env: "DATABASE_URL" }] },

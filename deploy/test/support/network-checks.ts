@@ -29,8 +29,8 @@ function kafkaPodLabels(cluster: string, pool: string): Record<string, string> {
 }
 
 /**
- * Kafka's listeners are plaintext and take no credential, so the network is
- * all that keeps other pods off them: every listener is internal and names
+ * Kafka's listeners ask for a credential (kafka-auth-checks.ts), and the
+ * network keeps other pods from trying one: every listener is internal and names
  * the events pods as its only peers (Strimzi makes a NetworkPolicy of
  * `networkPolicyPeers`; a listener without them admits every pod of every
  * namespace), and no NetworkPolicy selecting the brokers admits a pod of
