@@ -11,7 +11,7 @@ import { container, containerEnv, workloads, type Any } from "./workloads.js";
  * What the events relay does with its topic, and so all its Kafka user may
  * do: describe it and create it (it makes sure the topic exists, with its
  * partitions, before its first batch) and write it. An idempotent producer
- * needs no cluster ACL besides (services/events/test/kafka-sasl.test.ts runs
+ * needs no cluster ACL besides (services/events/test/kafka-sasl-tls.test.ts runs
  * the relay on a broker with exactly these ACLs).
  */
 export const EVENTS_TOPIC_OPERATIONS = ["Create", "Describe", "Write"] as const;

@@ -3,7 +3,16 @@
 // are fetched once with the machine's Maven and cached, so later runs start
 // offline; each broker gets its own loopback ports and temporary data folder.
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -98,6 +107,12 @@ export interface KafkaOptions extends KafkaJarsOptions {
    * super users, so a test creates topics and ACLs through `brokers`.
    */
   authorizer?: boolean;
+  /**
+   * A listener with TLS (`SSL`, no SASL), at `tlsBrokers`, whose certificate
+   * for 127.0.0.1 is signed by a CA made for this broker alone (`caFile`).
+   * The certificates are made with the machine's `openssl`.
+   */
+  tls?: boolean;
 }
 
 export interface RunningKafka {
@@ -105,6 +120,10 @@ export interface RunningKafka {
   readonly brokers: string[];
   /** `127.0.0.1:<port>` of the SASL_PLAINTEXT listener; empty without `scramUsers`. */
   readonly saslBrokers: string[];
+  /** `127.0.0.1:<port>` of the TLS listener; empty without `tls`. */
+  readonly tlsBrokers: string[];
+  /** The PEM certificate of the CA that signed the TLS listener's; undefined without `tls`. */
+  readonly caFile: string | undefined;
   /** The broker's data and log folder (its output is in `broker.log`). */
   readonly dir: string;
   /** Stop the broker (controlled shutdown) and keep its data, so `restart()` brings it back. */
@@ -121,7 +140,13 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   const addScram = scramUsers.map(scramArgument);
   const libs = await ensureKafkaJars(options);
   const dir = mkdtempSync(path.join(tmpdir(), "oz0-kafka-"));
-  const [port, controllerPort, saslPort] = (await freePorts(3)) as [number, number, number];
+  const [port, controllerPort, saslPort, tlsPort] = (await freePorts(4)) as [number, number, number, number];
+  const tls = options.tls
+    ? await makeCertificates(dir).catch((error: unknown) => {
+        rmSync(dir, { recursive: true, force: true });
+        throw error;
+      })
+    : undefined;
   const properties = path.join(dir, "server.properties");
   writeFileSync(
     properties,
@@ -130,6 +155,7 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
       port,
       controllerPort,
       ...(scramUsers.length > 0 ? { saslPort } : {}),
+      ...(tls ? { tls: { port: tlsPort, keystore: tls.keystore } } : {}),
       authorizer: options.authorizer ?? false,
     }),
   );
@@ -163,6 +189,7 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   });
   const brokers = [`127.0.0.1:${port}`];
   const saslBrokers = scramUsers.length > 0 ? [`127.0.0.1:${saslPort}`] : [];
+  const tlsBrokers = tls ? [`127.0.0.1:${tlsPort}`] : [];
   const logFile = path.join(dir, "broker.log");
   const readyTimeoutMs = options.readyTimeoutMs ?? 90_000;
   let process_: OwnedProcess | undefined;
@@ -186,6 +213,8 @@ export async function startKafka(options: KafkaOptions = {}): Promise<RunningKaf
   return {
     brokers,
     saslBrokers,
+    tlsBrokers,
+    caFile: tls?.caFile,
     dir,
     async stop() {
       await process_?.stop({ signal: "SIGTERM", graceMs: 15_000 });
@@ -262,27 +291,78 @@ function scramArgument(user: ScramUser): string {
   return `${user.mechanism ?? "SCRAM-SHA-512"}=[name=${user.username},password=${user.password}]`;
 }
 
+/**
+ * A CA and, signed by it, a certificate for 127.0.0.1, made with `openssl` in
+ * the broker's folder (removed with it). Kafka reads the key and the
+ * certificate from one PEM file (`ssl.keystore.type=PEM`).
+ */
+async function makeCertificates(dir: string): Promise<{ caFile: string; keystore: string }> {
+  const file = (name: string): string => path.join(dir, name);
+  const openssl = async (...args: string[]): Promise<void> => {
+    try {
+      await runToCompletion({ command: "openssl", args });
+    } catch (error) {
+      throw new InfrastructureError(
+        "KAFKA_TLS_CERTIFICATES",
+        `could not make the test broker's certificates with openssl (is it installed?): ${(error as Error).message}`,
+      );
+    }
+  };
+  const key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  const ca = ["-keyout", file("ca.key"), "-out", file("ca.pem"), "-days", "2", "-subj", "/CN=oz0 test broker CA"];
+  await openssl("req", "-x509", ...key, ...ca);
+  await openssl("req", ...key, "-keyout", file("broker.key"), "-out", file("broker.csr"), "-subj", "/CN=127.0.0.1");
+  writeFileSync(file("broker.ext"), "subjectAltName=IP:127.0.0.1\n");
+  await openssl(
+    "x509",
+    "-req",
+    "-in",
+    file("broker.csr"),
+    "-CA",
+    file("ca.pem"),
+    "-CAkey",
+    file("ca.key"),
+    "-CAcreateserial",
+    "-out",
+    file("broker.pem"),
+    "-days",
+    "2",
+    "-extfile",
+    file("broker.ext"),
+  );
+  const keystore = file("broker-keystore.pem");
+  writeFileSync(keystore, readFileSync(file("broker.key"), "utf8") + readFileSync(file("broker.pem"), "utf8"));
+  return { caFile: file("ca.pem"), keystore };
+}
+
 function serverProperties(options: {
   dir: string;
   port: number;
   controllerPort: number;
   /** A SASL_PLAINTEXT listener taking SCRAM, when given. */
   saslPort?: number;
+  /** An SSL listener with this key and certificate, when given. */
+  tls?: { port: number; keystore: string };
   authorizer: boolean;
 }): string {
   const sasl = options.saslPort !== undefined;
+  const listeners = [
+    `PLAINTEXT://127.0.0.1:${options.port}`,
+    ...(sasl ? [`SASL_PLAINTEXT://127.0.0.1:${options.saslPort}`] : []),
+    ...(options.tls ? [`SSL://127.0.0.1:${options.tls.port}`] : []),
+  ];
   return [
     "process.roles=broker,controller",
     "node.id=1",
     `controller.quorum.bootstrap.servers=127.0.0.1:${options.controllerPort}`,
-    `listeners=PLAINTEXT://127.0.0.1:${options.port},CONTROLLER://127.0.0.1:${options.controllerPort}` +
-      (sasl ? `,SASL_PLAINTEXT://127.0.0.1:${options.saslPort}` : ""),
-    `advertised.listeners=PLAINTEXT://127.0.0.1:${options.port}` +
-      (sasl ? `,SASL_PLAINTEXT://127.0.0.1:${options.saslPort}` : ""),
+    `listeners=${[...listeners, `CONTROLLER://127.0.0.1:${options.controllerPort}`].join(",")}`,
+    `advertised.listeners=${listeners.join(",")}`,
     "controller.listener.names=CONTROLLER",
     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" +
-      (sasl ? ",SASL_PLAINTEXT:SASL_PLAINTEXT" : ""),
+      (sasl ? ",SASL_PLAINTEXT:SASL_PLAINTEXT" : "") +
+      (options.tls ? ",SSL:SSL" : ""),
     "inter.broker.listener.name=PLAINTEXT",
+    ...(options.tls ? ["ssl.keystore.type=PEM", `ssl.keystore.location=${options.tls.keystore}`] : []),
     ...(sasl
       ? [
           "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256",

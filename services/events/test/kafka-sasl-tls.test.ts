@@ -1,17 +1,20 @@
 // Kafka that asks who is writing: a broker of the test's own with a SCRAM
-// listener and ACLs on (startKafka's scramUsers and authorizer), and the
-// events service as its own process, configured by its environment as in a
-// cluster (a password file). With the right password the relay delivers;
-// with a wrong one it says so by code, its outbox keeps every event, and a
-// restart with the right password delivers them, once each; a user the broker
-// knows but whose ACLs do not cover the topic is told that instead. No
-// password appears in anything the service logs, at debug.
+// listener and ACLs on (startKafka's scramUsers and authorizer), and a TLS
+// listener, and the events service as its own process, configured by its
+// environment as in a cluster (a password file, a CA file). With the right
+// password the relay delivers; with a wrong one it says so by code, its
+// outbox keeps every event, and a restart with the right password delivers
+// them, once each; a user the broker knows but whose ACLs do not cover the
+// topic is told that instead. No password appears in anything the service
+// logs, at debug. Over TLS the relay delivers when it trusts the broker's CA,
+// and says it cannot verify the broker when it does not.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { createEventPublisher, rawEvent } from "@oz0/events-client";
 import { testCredentials } from "@oz0/serving/testing";
 import { startKafka, type RunningKafka } from "@oz0/test-infra";
@@ -42,9 +45,11 @@ before(async () => {
       { mechanism: "SCRAM-SHA-256", username: STRANGER, password: STRANGER_PASSWORD },
     ],
     authorizer: true,
+    tls: true,
   });
   // The ACLs deploy/k8s gives the KafkaUser oz0-events, and nothing more: its topic, literally, to describe, create
-  // (the relay makes sure it exists) and write (an idempotent producer needs no cluster ACL besides).
+  // (the relay makes sure it exists) and write (an idempotent producer needs no cluster ACL besides). The TLS
+  // listener authenticates nobody (User:ANONYMOUS, a super user of this broker): it tests the connection only.
   const admin = new Kafka({ clientId: "oz0-test-admin", brokers: kafka.brokers, logLevel: logLevel.NOTHING }).admin();
   await admin.connect();
   try {
@@ -187,4 +192,31 @@ void test("a user the broker knows but whose ACLs leave out the topic is told it
   const log = await stop(service);
   assert.doesNotMatch(log, /KAFKA_AUTHENTICATION_FAILED/, "SCRAM-SHA-256 authenticated it");
   assertNoPassword(log, "the log of the service without ACLs");
+});
+
+void test("over TLS the relay delivers when it trusts the broker's CA, and says it cannot verify the broker when not", async () => {
+  const tlsTopic = "oz0.tls.v1";
+  const trusted = await start({
+    KAFKA_BROKERS: kafka.tlsBrokers.join(","),
+    OZ0_KAFKA_TOPIC: tlsTopic,
+    OZ0_EVENTS_DATA: path.join(dir, "tls-data"),
+    OZ0_KAFKA_TLS_CA_FILE: kafka.caFile!,
+  });
+  await publish(trusted.url, "job-tls", 0, 5);
+  assert.equal((await readTopic({ brokers: kafka.brokers, topic: tlsTopic, atLeast: 5 })).length, 5);
+  const trustedLog = await stop(trusted);
+  assert.match(trustedLog, /"tls":"CA file"/, "the start-up line says TLS is on");
+
+  // Another CA (the config test's, whose key nobody kept) did not sign the broker's certificate.
+  const untrusted = await start({
+    KAFKA_BROKERS: kafka.tlsBrokers.join(","),
+    OZ0_KAFKA_TOPIC: tlsTopic,
+    OZ0_EVENTS_DATA: path.join(dir, "untrusted-data"),
+    OZ0_KAFKA_TLS_CA_FILE: fileURLToPath(new URL("./fixtures/kafka-test-ca.pem", import.meta.url)),
+  });
+  await publish(untrusted.url, "job-untrusted", 0, 1);
+  const warning = await logLine(untrusted, "KAFKA_TLS_FAILED");
+  assert.match(String(warning.msg), /set OZ0_KAFKA_TLS_CA_FILE to the CA that signed the brokers' certificates/);
+  assert.match(String(warning.reason), /certificate/);
+  await stop(untrusted);
 });
