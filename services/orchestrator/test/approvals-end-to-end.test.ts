@@ -64,6 +64,13 @@ const AGENTS: Record<string, string> = {
     tools: ["run_command"],
     extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
   }),
+  // The same hook, in a session whose deadline comes first: the session's end, not the hook's timeout, ends the job.
+  overdue: agent({
+    name: "overdue",
+    tools: ["run_command"],
+    limits: { timeout: "3s" },
+    extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
+  }),
   broken: agent({
     name: "broken",
     tools: ["run_command"],
@@ -192,6 +199,14 @@ async function job(id: string): Promise<JobJson> {
 async function events(id: string): Promise<Record<string, unknown>[]> {
   const watched = await t.cli(["jobs", "watch", id, "--json"]);
   return jsonLines(watched.stdout);
+}
+
+/** A port the `hold` hook connects to once it runs (and holds its call until it is killed): `hook` is its connection. */
+async function holdingHook(): Promise<{ port: number; hook: Promise<net.Socket>; close: () => void }> {
+  const hookRuns = Promise.withResolvers<net.Socket>();
+  const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { port: (server.address() as net.AddressInfo).port, hook: hookRuns.promise, close: () => server.close() };
 }
 
 async function start(agentName: string, input: string): Promise<string> {
@@ -442,13 +457,11 @@ void test("a hook that hangs or crashes denies the call", async () => {
 });
 
 void test("cancelling a job while a hook decides its call stops the hook: the call ends cancelled, not at the hook's timeout", async () => {
-  const hookRuns = Promise.withResolvers<net.Socket>();
-  const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port, hook: holding, close } = await holdingHook();
   try {
-    const jobId = await start("stalled", `hold ${(server.address() as net.AddressInfo).port}`);
+    const jobId = await start("stalled", `hold ${port}`);
     // The hook runs: it holds the job's lock, which the cancel waited for until the hook's timeout.
-    const hook = await hookRuns.promise;
+    const hook = await holding;
     const hookEnded = new Promise((resolve) => hook.once("close", resolve));
     const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
     assert.equal(cancelled.code, 0, cancelled.stderr);
@@ -459,7 +472,29 @@ void test("cancelling a job while a hook decides its call stops the hook: the ca
     assert.equal(decision?.outcome, "OUTCOME_CANCELLED");
     assert.equal(decision?.reason, "the job was cancelled");
   } finally {
-    server.close();
+    close();
+  }
+});
+
+// A hook deciding a call holds the job's lock, which the orchestrator's stop of an overdue session waits for: the
+// job ran on until the hook's timeout (5 minutes here).
+void test("a session past its deadline while a hook decides its call is stopped with the hook", async () => {
+  const { port, hook, close } = await holdingHook();
+  try {
+    const jobId = await start("overdue", `hold ${port}`);
+    const socket = await hook;
+    const hookEnded = new Promise((resolve) => socket.once("close", resolve));
+    // A call waiting for its decision stops the node's clock; the orchestrator stops the session a minute past its
+    // deadline, and its stop waited for the hook's lock.
+    const ended = await finished(jobId);
+    await hookEnded;
+    assert.equal(ended.state, "JOB_STATE_FAILED", JSON.stringify(ended));
+    assert.match(String(ended.error), /ran past its deadline/);
+    const [decision] = decisions(await events(jobId));
+    assert.equal(decision?.outcome, "OUTCOME_CANCELLED", JSON.stringify(decision));
+    assert.equal(decision?.reason, "the job's session ran past its deadline");
+  } finally {
+    close();
   }
 });
 

@@ -176,9 +176,13 @@ export class ApprovalService {
     } finally {
       if (o.active.deciding === deciding) o.active.deciding = undefined;
     }
-    // Cancelled while its hooks ran (stopDeciding): the call ends with the job's cancel, not with a hook's denial.
+    // Stopped while its hooks ran (stopDeciding): the call ends with the job's cancel or end, not a hook's denial.
     const cancelled = job.cancelRequestedAt !== undefined || deciding.signal.aborted;
-    const policyDecision = cancelled ? CANCELLED : decided;
+    const policyDecision: PolicyDecision = deciding.signal.aborted
+      ? { ...CANCELLED, reason: String(deciding.signal.reason) }
+      : cancelled
+        ? CANCELLED
+        : decided;
     const decision = policyDecision.kind === "ask" ? await this.#withinWaitingCap(job, policyDecision) : policyDecision;
     const record: PermissionRecord = {
       jobId: job.id,
@@ -270,12 +274,13 @@ export class ApprovalService {
   }
 
   /**
-   * The job is being cancelled: a call of its session decided now stops its
-   * command hooks at once, rather than at their timeout, and ends cancelled.
-   * Its decision holds the job's lock, which the cancel waits for.
+   * The job is being cancelled or stopped: a call of its session decided
+   * now stops its command hooks at once, rather than at their timeout, and
+   * ends cancelled, saying `why`. Its decision holds the job's lock, which
+   * the cancel and the stop wait for.
    */
-  stopDeciding(jobId: string): void {
-    this.#o.active.get(jobId)?.deciding?.abort("the job was cancelled");
+  stopDeciding(jobId: string, why = "the job was cancelled"): void {
+    this.#o.active.get(jobId)?.deciding?.abort(why);
   }
 
   /** Arms the deadlines of a job's waiting calls again (a restart, a takeover). */

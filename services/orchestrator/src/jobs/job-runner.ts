@@ -784,6 +784,8 @@ export class JobRunner {
 
   /** The job's session ran well past its deadline and its node did not end it: the orchestrator stops it. */
   async #stopOverdue(jobId: string, reason: string): Promise<void> {
+    // A hook deciding a call holds the job's lock until it answers or times out (hours, if its plugin says so).
+    this.#approvals.stopDeciding(jobId, "the job's session ran past its deadline");
     await this.#active.withLock(jobId, async () => {
       const active = this.#active.get(jobId);
       const job = await this.#o.store.getJob(jobId);
