@@ -71,6 +71,13 @@ const AGENTS: Record<string, string> = {
     limits: { timeout: "3s" },
     extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
   }),
+  // The same hook for two calls asked at once (test/fixtures/hooks/parallel-harness.mjs), which reach the
+  // orchestrator together. Its timeout is one a test outlives: a cancel waiting for it shows as the hook's denial.
+  "stalled-pair": agent({
+    name: "stalled-pair",
+    tools: ["run_command"],
+    extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 20s\n',
+  }).replace("harness:fake", "harness:parallel"),
   broken: agent({
     name: "broken",
     tools: ["run_command"],
@@ -495,6 +502,38 @@ void test("a session past its deadline while a hook decides its call is stopped 
     assert.equal(decision?.reason, "the job's session ran past its deadline");
   } finally {
     close();
+  }
+});
+
+// The cancel stopped the hook deciding the first call, then waited for the job's lock while the second call, which
+// came with the first, ran its hook to its timeout: the cancel took that long, and the call was the hook's denial.
+void test("cancelling a job while a hook decides one of two calls asked at once runs no hook for the other", async () => {
+  const hooks: net.Socket[] = [];
+  const firstHook = Promise.withResolvers<net.Socket>();
+  const server = net.createServer((socket) => {
+    hooks.push(socket.on("error", () => undefined));
+    firstHook.resolve(socket);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const jobId = await start("stalled-pair", `hold ${(server.address() as net.AddressInfo).port}`);
+    await firstHook.promise;
+    const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
+    assert.equal(cancelled.code, 0, cancelled.stderr);
+    assert.equal((await finished(jobId)).state, "JOB_STATE_CANCELLED");
+    const both = decisions(await events(jobId));
+    assert.deepEqual(
+      both.map((d) => [d.callId, d.decider, d.outcome, d.reason]),
+      ["call_first", "call_second"].map((callId) => [
+        callId,
+        "DECIDER_RUNTIME",
+        "OUTCOME_CANCELLED",
+        "the job was cancelled",
+      ]),
+    );
+    assert.equal(hooks.length, 1, "the second call's hook never ran");
+  } finally {
+    server.close();
   }
 });
 

@@ -155,10 +155,12 @@ export class ApprovalService {
     const input = request.input as JsonObject | undefined;
     const deciding = new AbortController();
     o.active.deciding = deciding;
+    // A cancel stopped the decisions before it could store itself (it waits for the job's lock this one holds).
+    if (o.active.decisionsStopped !== undefined) deciding.abort(o.active.decisionsStopped);
     let decided: PolicyDecision;
     try {
       decided =
-        job.cancelRequestedAt !== undefined
+        job.cancelRequestedAt !== undefined || deciding.signal.aborted
           ? CANCELLED
           : o.offered
             ? { kind: "allow", decider: "runtime", reason: "a tool the runtime offered this session" }
@@ -280,7 +282,17 @@ export class ApprovalService {
    * the cancel and the stop wait for.
    */
   stopDeciding(jobId: string, why = "the job was cancelled"): void {
-    this.#o.active.get(jobId)?.deciding?.abort(why);
+    const active = this.#o.active.get(jobId);
+    if (!active) return;
+    // Until the cancel is stored, so a call that came with this one does not start hooks of its own.
+    active.decisionsStopped = why;
+    active.deciding?.abort(why);
+  }
+
+  /** The cancel that stopped the job's decisions could not be stored: its calls are decided as before. */
+  resumeDeciding(jobId: string): void {
+    const active = this.#o.active.get(jobId);
+    if (active) active.decisionsStopped = undefined;
   }
 
   /** Arms the deadlines of a job's waiting calls again (a restart, a takeover). */

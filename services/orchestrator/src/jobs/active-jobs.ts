@@ -52,6 +52,12 @@ export interface ActiveJob extends SessionState {
   requestIds?: RequestIds;
   /** While a permission request of its session is decided (its hooks may run long): a cancel aborts it. */
   deciding?: AbortController;
+  /**
+   * Why its calls are no longer decided: a cancel under way (stopDeciding) and not stored yet, or its overdue
+   * session being stopped. A call decided meanwhile, one that came with the call whose hooks were stopped, ends
+   * cancelled, saying so, without running hooks that would hold the lock the cancel or stop waits for.
+   */
+  decisionsStopped?: string;
 }
 
 export class ActiveJobs {

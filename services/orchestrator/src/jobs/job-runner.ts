@@ -817,9 +817,14 @@ export class JobRunner {
     await this.#endModelCalls(job);
     // A hook deciding a call holds the job's lock until it answers or times out (hours, if its plugin says so).
     this.#approvals.stopDeciding(job.id);
-    await this.#active.withLock(job.id, () =>
-      this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
-    );
+    try {
+      await this.#active.withLock(job.id, () =>
+        this.#approvals.cancelWaiting(job.id, { cancelRequestedAt: new Date(), error: reason }),
+      );
+    } catch (error) {
+      this.#approvals.resumeDeciding(job.id);
+      throw error;
+    }
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: stop its session; that replica sees the stream end and finishes the job.
       await (
