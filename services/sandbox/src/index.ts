@@ -214,6 +214,15 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
       },
       "sessions run under bubblewrap",
     );
+    const overcommitted = namespaces?.limits !== undefined ? namespaces.overcommitted : [];
+    if (overcommitted.length > 0)
+      logger.warn(
+        {
+          sessionNamespaceShares: namespaceFields.sessionNamespaceShares,
+          overcommitted: Object.fromEntries(overcommitted.map((c) => [c.sysctl, { node: c.node, needed: c.needed }])),
+        },
+        `each session's share of the node's per-user limits is their floor, and OZ0_MAX_SESSIONS sessions together may hold more than half of ${overcommitted.map((c) => `${c.sysctl} (${c.node})`).join(", ")}, the half kept for the sandbox's user (in a pod of its own user namespace, the node's root) and the sessions not yet started, which may find none left; raise ${overcommitted.map((c) => `${c.sysctl} to ${c.needed}`).join(", ")} on the node, or lower OZ0_MAX_SESSIONS`,
+      );
     if (namespaces?.reason !== undefined)
       logger.warn(
         { ...namespaceFields },

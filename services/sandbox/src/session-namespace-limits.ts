@@ -47,8 +47,50 @@ const UNLIMITED = 2 ** 31 - 1;
 /** How long the session's first command waits for its shares: 2,000 reads some 5 ms apart. */
 const GATE_READS = 2000;
 
+/**
+ * A count whose floor, times OZ0_MAX_SESSIONS, is more than half of the node's limit: sessions together may take
+ * more than the half meant for them, or all of it (the prod overlay's 16 sessions and the default 128 inotify
+ * instances: eight sessions take the 128, and the ninth gets none), and the node's limit must be raised to `needed`
+ * to keep half for the sandbox's user (the node's root, in a pod of its own user namespace).
+ */
+export interface OvercommittedCount {
+  /** The node's setting, as sysctl names it (fs.inotify.max_user_instances). */
+  sysctl: string;
+  node: number;
+  share: number;
+  needed: number;
+}
+
 export type NamespaceLimitsChoice =
-  { limits: SessionNamespaceLimits; reason?: undefined } | { limits?: undefined; reason: string };
+  | { limits: SessionNamespaceLimits; overcommitted: OvercommittedCount[]; reason?: undefined }
+  | { limits?: undefined; reason: string };
+
+/**
+ * Each count's share: half of the node's limit over `maxSessions`, at least the count's floor (what a harness needs
+ * to run) and at most the node's limit; `overcommitted` names the counts where the floor gives sessions together
+ * more than half of the node's limit.
+ */
+export function sessionShares(
+  nodeLimits: ReadonlyMap<string, number>,
+  maxSessions: number,
+): { shares: [string, number][]; overcommitted: OvercommittedCount[] } {
+  const shares: [string, number][] = [];
+  const overcommitted: OvercommittedCount[] = [];
+  for (const count of COUNTS) {
+    const node = nodeLimits.get(count.name);
+    if (node === undefined || !(node > 0) || node >= UNLIMITED) continue;
+    const share = Math.min(node, Math.max(count.floor, Math.floor(node / (2 * maxSessions))));
+    shares.push([count.name, share]);
+    if (share * maxSessions * 2 > node)
+      overcommitted.push({
+        sysctl: count.node.slice("/proc/sys/".length).replaceAll("/", "."),
+        node,
+        share,
+        needed: share * maxSessions * 2,
+      });
+  }
+  return { shares, overcommitted };
+}
 
 /**
  * The shares for sessions in user namespaces of the sandbox's user, or why there are none: tried once here, in a user
@@ -60,17 +102,15 @@ export function chooseNamespaceLimits(options: { maxSessions: number }): Namespa
   if (syscalls === undefined) return { reason: `setns's syscall number is not known for ${process.arch}` };
   const perlPath = systemCommand("perl");
   if (perlPath === undefined) return { reason: "no perl in /usr/bin or /bin (Debian's perl-base)" };
-  const shares: [string, number][] = [];
+  const nodeLimits = new Map<string, number>();
   for (const count of COUNTS) {
-    let node: number;
     try {
-      node = Number(readFileSync(count.node, "utf8").trim());
+      nodeLimits.set(count.name, Number(readFileSync(count.node, "utf8").trim()));
     } catch {
-      continue; // a kernel without this count (fanotify before Linux 5.13)
+      // A kernel without this count (fanotify before Linux 5.13).
     }
-    if (!(node > 0) || node >= UNLIMITED) continue;
-    shares.push([count.name, Math.min(node, Math.max(count.floor, Math.floor(node / (2 * options.maxSessions))))]);
   }
+  const { shares, overcommitted } = sessionShares(nodeLimits, options.maxSessions);
   if (shares.length === 0) return { reason: "the kernel says no per-user inotify or fanotify limits" };
   const trial = spawnSync(
     perlPath,
@@ -85,7 +125,7 @@ export function chooseNamespaceLimits(options: { maxSessions: number }): Namespa
     return {
       reason: `a trial could not lower them in a user namespace (${trial.error?.message ?? (trial.stderr.trim() || `exit ${trial.status ?? trial.signal}`)})`,
     };
-  return { limits: { perlPath, setns: syscalls.setns, shares } };
+  return { limits: { perlPath, setns: syscalls.setns, shares }, overcommitted };
 }
 
 /** Perl writing its `name value` pairs to /proc/sys/user of the user namespace it is in; $fail says what went wrong. */

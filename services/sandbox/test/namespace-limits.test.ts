@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { sessionShares } from "../src/session-namespace-limits.js";
 import {
   runToEnd,
   scenarioStart,
@@ -61,3 +62,22 @@ void describe(
     });
   },
 );
+
+// The floor (16 instances) times the prod overlay's OZ0_MAX_SESSIONS (16) is twice the default node limit (128):
+// eight sessions taking their share took every instance of the user, and the ninth got none, with no word at start.
+void it("names the counts whose floor lets the sessions together take the node's whole limit, and what to raise it to", () => {
+  const node = new Map([
+    ["max_inotify_instances", 128],
+    ["max_inotify_watches", 1_048_576],
+  ]);
+  const crowded = sessionShares(node, 16);
+  assert.deepEqual(crowded.shares, [
+    ["max_inotify_instances", 16],
+    ["max_inotify_watches", 32_768],
+  ]);
+  assert.deepEqual(crowded.overcommitted, [
+    { sysctl: "fs.inotify.max_user_instances", node: 128, share: 16, needed: 512 },
+  ]);
+  // Four sessions of 16 are half of 128: nothing to raise.
+  assert.deepEqual(sessionShares(node, 4).overcommitted, []);
+});
