@@ -198,6 +198,11 @@ void test("oz0 plugin install --git-credential-stdin clones with a credential no
   );
   assert.ok(!inUrl.stderr.includes(TOKEN), inUrl.stderr);
 
+  // An SSH URL's `git@` is a login name: no warning (which pointed at --git-credential-stdin, refusing SSH URLs).
+  const ssh = await stack.cli(["plugin", "install", "ssh://git@127.0.0.1:1/stdin-plugin.git"]);
+  assert.notEqual(ssh.code, 0);
+  assert.doesNotMatch(ssh.stderr, /oz0: warning: the credential/);
+
   const empty = await stack.cli(["plugin", "install", "--git-credential-stdin", url], { input: "" });
   assert.equal(empty.code, 2);
   assert.match(empty.stderr, /no credential on standard input: pipe it in/);

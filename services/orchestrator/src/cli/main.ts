@@ -302,8 +302,9 @@ plugin
   )
   .action(async (source: string, opts: { json?: boolean; allowHostHooks?: boolean; gitCredentialStdin?: boolean }) => {
     // A command line is every local user's to read while oz0 runs (ps, /proc/<pid>/cmdline), a `user`- or
-    // `none`-mode session's too; standard input is not.
-    if (sourceWithoutCredentials(source) !== source)
+    // `none`-mode session's too; standard input is not. HTTP(S) only: the `git@` of an SSH URL is a login name,
+    // not a credential, and --git-credential-stdin takes none for it.
+    if (/^https?:\/\/[^/?#]*@/i.test(source))
       io.err.write(
         `oz0: warning: the credential in the URL can be read by every user of this machine while oz0 runs (ps, /proc); pipe it in instead: printf %s "$TOKEN" | oz0 plugin install --git-credential-stdin ${shellWord(sourceWithoutCredentials(source))}\n`,
       );
