@@ -788,6 +788,8 @@ export class OperationRunner {
               ...(e.value.input ? { input: e.value.input as JsonObject } : {}),
               title: e.value.title,
               callId: e.value.callId,
+              // A cancel of the job kills a command hook still deciding, rather than waiting out its timeout.
+              signal,
             });
             // A scratch loop has no person to wait for: what needs approval is refused, and the model is told why.
             const allow = decision.kind === "allow";
