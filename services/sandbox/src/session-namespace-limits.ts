@@ -184,13 +184,15 @@ export function writeNamespaceLimits(limits: SessionNamespaceLimits, pid: number
 /**
  * `command`, first waiting inside the session until its namespace's last share reads as written (cat: dash reads a
  * file a byte at a time, and a sysctl answers only its first read), some 10 s at most: then it says so and exits 125.
+ * The wait's own commands are the system's (/usr/bin, /bin), not the session's PATH's: a folder on it that sessions
+ * can write (OZ0_SESSION_PATH is the operator's) would run a `cat` of an earlier session's before the shares hold.
  */
 export function gatedOnNamespaceLimits(limits: SessionNamespaceLimits, command: readonly string[]): string[] {
   const [name, share] = limits.shares.at(-1)!;
   return [
     "/bin/sh",
     "-c",
-    `i=0; until [ "$(cat /proc/sys/user/${name})" = ${share} ]; do i=$((i + 1)); if [ $i -gt ${GATE_READS} ]; then echo "oz0: the sandbox did not set this session's share of the node's inotify and fanotify limits; the session did not start (the sandbox's log says why)" >&2; exit 125; fi; sleep 0.005; done; exec "$@"`,
+    `path=$PATH; PATH=/usr/bin:/bin; i=0; until [ "$(cat /proc/sys/user/${name})" = ${share} ]; do i=$((i + 1)); if [ $i -gt ${GATE_READS} ]; then echo "oz0: the sandbox did not set this session's share of the node's inotify and fanotify limits; the session did not start (the sandbox's log says why)" >&2; exit 125; fi; sleep 0.005; done; PATH=$path; exec "$@"`,
     "oz0-session",
     ...command,
   ];

@@ -3,9 +3,13 @@
 // instances and watches, fanotify groups and marks) to that user too: without a share of its own, one session took the
 // node's 128 inotify instances of that user, and no other session could watch a file (session-namespace-limits.ts).
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { SessionStatus } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
-import { sessionShares } from "../src/session-namespace-limits.js";
+import { gatedOnNamespaceLimits, sessionShares } from "../src/session-namespace-limits.js";
 import {
   runToEnd,
   scenarioStart,
@@ -80,4 +84,25 @@ void it("names the counts whose floor lets the sessions together take the node's
   ]);
   // Four sessions of 16 are half of 128: nothing to raise.
   assert.deepEqual(sessionShares(node, 4).overcommitted, []);
+});
+
+// The wait runs before the shares hold: a `cat` on the session's PATH (a folder there that sessions may write, which
+// an operator's OZ0_SESSION_PATH may name) would run first, as the session, unbounded.
+void it("waits with the system's commands, not the session PATH's, and runs the session's command with its PATH", () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-gate-path-"));
+  try {
+    const current = readFileSync("/proc/sys/user/max_inotify_instances", "utf8").trim();
+    const marker = path.join(dir, "planted-cat-ran");
+    writeFileSync(path.join(dir, "cat"), `#!/bin/sh\ntouch ${marker}\necho ${current}\n`, { mode: 0o755 });
+    writeFileSync(path.join(dir, "session-command"), "#!/bin/sh\necho ran\n", { mode: 0o755 });
+    const [file, ...args] = gatedOnNamespaceLimits(
+      { perlPath: "/usr/bin/perl", setns: 0, shares: [["max_inotify_instances", Number(current)]] },
+      ["session-command"],
+    );
+    const run = spawnSync(file!, args, { env: { PATH: `${dir}:/usr/bin:/bin` }, encoding: "utf8", timeout: 30_000 });
+    assert.equal(run.stdout, "ran\n", run.stderr);
+    assert.equal(existsSync(marker), false, "the PATH's cat ran in the wait");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
