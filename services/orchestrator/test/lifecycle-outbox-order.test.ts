@@ -12,27 +12,16 @@ import path from "node:path";
 import { test } from "node:test";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { startEvents } from "@oz0/events";
 import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, createLogger, credentialDigest, newCredential } from "@oz0/serving";
+import { bearerInterceptor, createLogger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
+import { startEventsWithReader } from "./support/events-with-reader.js";
 
 void test("events published one after another are stored, shipped and numbered in that order", async () => {
-  const orchestrator = newCredential();
-  const reader = newCredential();
-  const events = await startEvents({
-    port: 0,
-    auth: {
-      peers: { orchestrator: credentialDigest(orchestrator) },
-      people: {
-        tokens: [{ user: "reader", sha256: credentialDigest(reader) }],
-        roles: { viewer: { users: ["reader"] } },
-      },
-    },
-  });
+  const { events, orchestrator, reader } = await startEventsWithReader();
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-outbox-order-"));
   const store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
   // The first put waits, as one on a busy connection does; the others find the store at once.

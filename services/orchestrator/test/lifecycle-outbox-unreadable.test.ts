@@ -13,26 +13,15 @@ import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { rawEvent } from "@oz0/events-client";
-import { startEvents } from "@oz0/events";
 import { EventsService, RawEventSchema } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, credentialDigest, newCredential, type Logger } from "@oz0/serving";
+import { bearerInterceptor, type Logger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
+import { startEventsWithReader } from "./support/events-with-reader.js";
 
 void test("an unreadable stored lifecycle event is dropped and named; the events claimed with it reach the events service", async () => {
-  const orchestrator = newCredential();
-  const reader = newCredential();
-  const events = await startEvents({
-    port: 0,
-    auth: {
-      peers: { orchestrator: credentialDigest(orchestrator) },
-      people: {
-        tokens: [{ user: "reader", sha256: credentialDigest(reader) }],
-        roles: { viewer: { users: ["reader"] } },
-      },
-    },
-  });
+  const { events, orchestrator, reader } = await startEventsWithReader();
   const home = mkdtempSync(path.join(os.tmpdir(), "oz0-outbox-unreadable-"));
   const store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
   const logged: { level: string; fields: Record<string, unknown> }[] = [];

@@ -178,13 +178,11 @@ export class ApprovalService {
     } finally {
       if (o.active.deciding === deciding) o.active.deciding = undefined;
     }
-    // Stopped while its hooks ran (stopDeciding): the call ends with the job's cancel or end, not a hook's denial.
+    // Stopped while its hooks ran (stopDeciding): the call ends with the job's cancel or stop, not a hook's denial.
     const cancelled = job.cancelRequestedAt !== undefined || deciding.signal.aborted;
     const policyDecision: PolicyDecision = deciding.signal.aborted
       ? { ...CANCELLED, reason: String(deciding.signal.reason) }
-      : cancelled
-        ? CANCELLED
-        : decided;
+      : decided;
     const decision = policyDecision.kind === "ask" ? await this.#withinWaitingCap(job, policyDecision) : policyDecision;
     const record: PermissionRecord = {
       jobId: job.id,
