@@ -71,6 +71,12 @@ const AGENTS: Record<string, string> = {
     limits: { timeout: "3s" },
     extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
   }),
+  // The same hook, for a call whose harness dies as it asks (test/fixtures/hooks/asks-then-dies.mjs).
+  "stalled-dying": agent({
+    name: "stalled-dying",
+    tools: ["run_command"],
+    extra: 'hooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
+  }).replace("harness:fake", "harness:dies"),
   // The same hook for two calls asked at once (test/fixtures/hooks/parallel-harness.mjs), which reach the
   // orchestrator together. Its timeout is one a test outlives: a cancel waiting for it shows as the hook's denial.
   "stalled-pair": agent({
@@ -162,6 +168,10 @@ harnesses:
     tools: [read_file, write_file, run_command]
   - name: parallel
     command: ["node", "${path.join(fixtures, "parallel-harness.mjs")}"]
+    permissions: true
+    tools: [run_command]
+  - name: dies
+    command: ["node", "${path.join(fixtures, "asks-then-dies.mjs")}"]
     permissions: true
     tools: [run_command]
   - name: rogue
@@ -483,23 +493,46 @@ void test("cancelling a job while a hook decides its call stops the hook: the ca
   }
 });
 
-// A hook deciding a call holds the job's lock, which the orchestrator's stop of an overdue session waits for: the
-// job ran on until the hook's timeout (5 minutes here).
-void test("a session past its deadline while a hook decides its call is stopped with the hook", async () => {
+// A call waiting for its hook does not stop the node's clock: the node ends the session at its deadline. Its exit
+// was read only after the burst that asked was handled, which waited for the hook, so the job ran on until the
+// orchestrator's own stop of an overdue session a minute later, and that waited for the hook's lock.
+void test("a session that reaches its deadline while a hook decides its call ends at once, the hook stopped", async () => {
   const { port, hook, close } = await holdingHook();
   try {
     const jobId = await start("overdue", `hold ${port}`);
     const socket = await hook;
     const hookEnded = new Promise((resolve) => socket.once("close", resolve));
-    // A call waiting for its decision stops the node's clock; the orchestrator stops the session a minute past its
-    // deadline, and its stop waited for the hook's lock.
     const ended = await finished(jobId);
     await hookEnded;
     assert.equal(ended.state, "JOB_STATE_FAILED", JSON.stringify(ended));
-    assert.match(String(ended.error), /ran past its deadline/);
     const [decision] = decisions(await events(jobId));
     assert.equal(decision?.outcome, "OUTCOME_CANCELLED", JSON.stringify(decision));
-    assert.equal(decision?.reason, "the job's session ran past its deadline");
+    assert.match(String(decision?.reason), /^the session ended before its call was decided \(deadline_exceeded: /);
+  } finally {
+    close();
+  }
+});
+
+// The harness's exit was read only after the burst that asked was handled, and that waited for the hook: the job
+// ran on until the hook's timeout (5 minutes here), and the call was the hook's denial.
+void test("a harness that dies while a hook decides its call stops the hook: the call ends cancelled, saying why", async () => {
+  const { port, hook, close } = await holdingHook();
+  try {
+    const jobId = await start("stalled-dying", `hold ${port}`);
+    // The hook runs unless the exit came with the call; either way the job ends without waiting for it.
+    let hookEnded: Promise<unknown> = Promise.resolve();
+    void hook.then((socket) => (hookEnded = new Promise((resolve) => socket.once("close", resolve))));
+    const ended = await finished(jobId);
+    await hookEnded;
+    assert.equal(ended.state, "JOB_STATE_FAILED", JSON.stringify(ended));
+    assert.match(String(ended.error), /code 3/);
+    const [decision] = decisions(await events(jobId));
+    assert.equal(decision?.outcome, "OUTCOME_CANCELLED", JSON.stringify(decision));
+    assert.equal(decision?.decider, "DECIDER_RUNTIME");
+    assert.equal(
+      decision?.reason,
+      "the session ended before its call was decided (no_result: the harness exited (code 3) without writing a result)",
+    );
   } finally {
     close();
   }

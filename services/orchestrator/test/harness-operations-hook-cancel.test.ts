@@ -1,7 +1,7 @@
 // A command hook deciding a call of a harness operation's scratch session is stopped when the job is cancelled, as
 // one deciding a call of the job's own session is (approvals-end-to-end.test.ts): the scratch loop asked its hooks
 // without the cancel's signal, so the hook ran on on the orchestrator's host until its timeout (hours, if its
-// plugin says so), long after the job had ended.
+// plugin says so), long after the job had ended. So is one whose scratch session's harness dies meanwhile.
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
@@ -28,6 +28,8 @@ if (request.outputSchema) {
   const command = /hold \\d+/.exec(request.input)?.[0] ?? "no port";
   out({ toolCall: { callId: "scratch-call", tool: "run_command", input: { command } } });
   out({ permissionRequest: { id: "perm-scratch", callId: "scratch-call", tool: "run_command", input: { command }, title: "run" } });
+  // "and die": it crashes while the hook decides, with no result.
+  if (request.input.includes("and die")) setTimeout(() => process.exit(3), 1000);
   await next();
   done({ text: '{"summary":"ok"}', structuredOutput: { summary: "ok" } });
 } else {
@@ -119,6 +121,34 @@ void test(
       });
       // Killed with the cancel, not at its timeout of ten minutes (past this test's own).
       await hookEnded;
+    } finally {
+      server.close();
+    }
+  },
+);
+
+// The scratch session's exit was read only after its permission request was handled, which waited for the hook.
+void test(
+  "a scratch session whose harness dies while a hook decides its call stops the hook; the job goes on",
+  { timeout: 120_000 },
+  async () => {
+    const hookRuns = Promise.withResolvers<net.Socket>();
+    const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (server.address() as net.AddressInfo).port;
+      const run = await t.cli(["run", "held", `hold ${port} and die`, "--detach"]);
+      assert.equal(run.code, 0, run.stderr);
+      const jobId = run.stdout.trim();
+      const hook = await hookRuns.promise;
+      const hookEnded = new Promise((resolve) => hook.once("close", resolve));
+      // Killed once the scratch session's exit is heard, not at its timeout of ten minutes (past this test's own).
+      await hookEnded;
+      const shown = await eventually(async () => {
+        const job = JSON.parse((await t.cli(["jobs", "show", jobId, "--json"])).stdout) as { state: string };
+        return job.state === "JOB_STATE_SUCCEEDED" ? job : undefined;
+      }, "the job's own session goes on with the operation's failure");
+      assert.equal(shown.state, "JOB_STATE_SUCCEEDED");
     } finally {
       server.close();
     }

@@ -5,7 +5,7 @@
 // loses none of the messages it delivered.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { messageBursts } from "../src/sessions/message-bursts.js";
+import { messageBursts, READ_AHEAD } from "../src/sessions/message-bursts.js";
 import { MessageQueue } from "../src/sessions/message-queue.js";
 import type { SandboxMessage, SessionChannel } from "../src/sessions/session-runner.js";
 
@@ -83,4 +83,80 @@ void test("a stream that breaks right after a message hands that message over, t
     /the stream broke/,
   );
   assert.deepEqual(bursts, [[1, 2]]);
+});
+
+// A harness that exits while a hook decides its call: its exit was read only after the burst that asked was handled,
+// which waited for the hook. The stream is read on meanwhile, so the exit is heard while the hook still runs.
+void test("messages that arrive while a burst is handled are heard as they come, and come in the next burst", async () => {
+  const { channel, queue } = fakeChannel();
+  const heard: number[] = [];
+  const bursts: number[][] = [];
+  const handling = Promise.withResolvers<void>();
+  const reading = (async () => {
+    for await (const burst of messageBursts(channel, { readAhead: (m) => heard.push(m.seq) })) {
+      bursts.push(burst.map((m) => m.seq));
+      if (bursts.length === 1) await handling.promise;
+    }
+  })();
+  queue.push(started(1));
+  while (bursts.length === 0) await nextTurn();
+  queue.push(started(2));
+  queue.push(started(3));
+  while (heard.length < 2) await nextTurn();
+  assert.deepEqual(heard, [2, 3], "heard while the first burst is still being handled");
+  handling.resolve();
+  queue.end();
+  await reading;
+  assert.deepEqual(bursts, [[1], [2, 3]]);
+  assert.deepEqual(heard, [2, 3], "what the caller asks for in its turn is not heard ahead");
+});
+
+void test("the stream is read ahead only so far: a session writing without end while a burst is handled fills no memory", async () => {
+  const { channel, queue } = fakeChannel();
+  const heard: number[] = [];
+  const sizes: number[] = [];
+  const handling = Promise.withResolvers<void>();
+  const reading = (async () => {
+    for await (const burst of messageBursts(channel, { readAhead: (m) => heard.push(m.seq) })) {
+      sizes.push(burst.length);
+      if (sizes.length === 1) await handling.promise;
+    }
+  })();
+  queue.push(started(0));
+  while (sizes.length === 0) await nextTurn();
+  const total = READ_AHEAD.messages * 2;
+  for (let seq = 1; seq <= total; seq++) queue.push(started(seq));
+  for (let i = 0; i < 20; i++) await nextTurn();
+  assert.equal(heard.length, READ_AHEAD.messages, "read up to the bound, then not at all until the caller takes them");
+  handling.resolve();
+  queue.end();
+  await reading;
+  assert.equal(
+    sizes.slice(1).reduce((a, b) => a + b, 0),
+    total,
+    "nothing is lost: the rest is read once the caller takes what was read ahead",
+  );
+  assert.ok(Math.max(...sizes) <= READ_AHEAD.messages, `no burst is larger than the bound: ${sizes.join(", ")}`);
+});
+
+void test("bytes bound the read-ahead too: one message over the bound is still read when nothing else is", async () => {
+  const { channel, queue } = fakeChannel();
+  const heard: number[] = [];
+  const handling = Promise.withResolvers<void>();
+  const bursts: number[][] = [];
+  const reading = (async () => {
+    for await (const burst of messageBursts(channel, { readAhead: (m) => heard.push(m.seq) })) {
+      bursts.push(burst.map((m) => m.seq));
+      if (bursts.length === 1) await handling.promise;
+    }
+  })();
+  queue.push(started(0));
+  while (bursts.length === 0) await nextTurn();
+  for (let seq = 1; seq <= 3; seq++) queue.push({ ...started(seq), bytes: READ_AHEAD.bytes });
+  for (let i = 0; i < 20; i++) await nextTurn();
+  assert.deepEqual(heard, [1], "the first big one is read, the next waits for room");
+  handling.resolve();
+  queue.end();
+  await reading;
+  assert.deepEqual(bursts, [[0], [1], [2], [3]]);
 });

@@ -7,7 +7,8 @@
 // run's custom step on such a node holds no cancel of the run either
 // (harness-operations-runner.test.ts has the scratch sessions').
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -27,7 +28,8 @@ import { HostileSandbox } from "./support/hostile-sandbox.js";
 import { endedJob, inProcessJobRunner } from "./support/in-process-runner.js";
 import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
 
-const rogueHarness = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks", "rogue-harness.mjs");
+const hookFixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
+const rogueHarness = path.join(hookFixtures, "rogue-harness.mjs");
 
 const home = mkdtempSync(path.join(os.tmpdir(), "oz0-session-stops-"));
 const repo = mkdtempSync(path.join(os.tmpdir(), "oz0-endless-repo-"));
@@ -87,12 +89,14 @@ before(async () => {
   store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
   mkdirSync(path.join(repo, "agents"));
   mkdirSync(path.join(repo, "prompts"));
+  mkdirSync(path.join(repo, "hooks"));
+  copyFileSync(path.join(hookFixtures, "hold.mjs"), path.join(repo, "hooks", "hold.mjs"));
   writeFileSync(path.join(repo, "prompts", "p.md"), "Work.\n");
   // A harness that starts and never ends by itself: only its node could stop it, and this node does not.
   const endless = `console.log(JSON.stringify({ started: { harnessName: "endless" } })); setInterval(() => {}, 1000)`;
   writeFileSync(
     path.join(repo, "oz0-plugin.yaml"),
-    `name: endless\nversion: 0.1.0\nharnesses:\n  - name: endless\n    command: ["node", "-e", '${endless}']\n  - name: rogue\n    command: ["node", "${rogueHarness}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/timed.yaml\n  - agents/untimed.yaml\n  - agents/rogue.yaml\n`,
+    `name: endless\nversion: 0.1.0\nharnesses:\n  - name: endless\n    command: ["node", "-e", '${endless}']\n  - name: rogue\n    command: ["node", "${rogueHarness}"]\n    permissions: true\n    tools: [run_command]\n  - name: asking\n    command: ["node", "${path.join(hookFixtures, "parallel-harness.mjs")}"]\n    permissions: true\n    tools: [run_command]\nagents:\n  - agents/timed.yaml\n  - agents/untimed.yaml\n  - agents/rogue.yaml\n  - agents/held.yaml\n`,
   );
   const agent = (name: string, limits: string): string =>
     `name: ${name}\nruntime: harness:endless\nmodel:\n  primary: anthropic/claude-sonnet-5-5\ninstructions: prompts/p.md\n${limits}`;
@@ -102,8 +106,17 @@ before(async () => {
     path.join(repo, "agents", "rogue.yaml"),
     agent("rogue", "harness:\n  tools: [run_command]\n").replace("harness:endless", "harness:rogue"),
   );
+  // Its two calls (test/fixtures/hooks/parallel-harness.mjs) are held by a hook until it is killed, at 5 minutes.
+  writeFileSync(
+    path.join(repo, "agents", "held.yaml"),
+    agent(
+      "held",
+      'limits:\n  timeout: 1s\nharness:\n  tools: [run_command]\nhooks:\n  - name: holding-guard\n    command: ["node", "hooks/hold.mjs"]\n    timeout: 5m\n',
+    ).replace("harness:endless", "harness:asking"),
+  );
   await commitAll(repo, "plugin");
-  await new PluginRegistry({ store, home }).install({ source: repo });
+  // Its command hook is the test's own.
+  await new PluginRegistry({ store, home }).install({ source: repo, allowHostHooks: true });
 });
 
 after(async () => {
@@ -134,6 +147,40 @@ void test("a session its node lets run past the deadline: the orchestrator asks 
   await closeRunner(runner);
 });
 
+// A call waiting for its hook holds the job's lock, which the orchestrator's stop of the overdue session waits for:
+// the job ran on until the hook's timeout (5 minutes here), and the call was recorded as the hook's denial.
+void test("a session its node lets run past the deadline while a hook decides its calls: the stop ends the hook too", async () => {
+  const hooks: net.Socket[] = [];
+  const hookRuns = Promise.withResolvers<void>();
+  const server = net.createServer((socket) => {
+    hooks.push(socket.on("error", () => undefined));
+    hookRuns.resolve();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const runner = jobRunner();
+  try {
+    const job = await runner.runAgent({ agent: "held", input: `hold ${(server.address() as net.AddressInfo).port}` });
+    await hookRuns.promise;
+    const hookEnded = new Promise((resolve) => hooks[0]!.once("close", resolve));
+    const done = await ended(job.id);
+    await hookEnded;
+    assert.equal(done.state, "failed");
+    // Its harness ends once its calls are answered cancelled, so the node's end may come before the stop's wait is over.
+    assert.match(
+      done.error ?? "",
+      /^the session ran past its deadline \(limits\.timeout 1s\) .*; the orchestrator stopped it/,
+    );
+    const calls = await store.listPermissions({ jobId: job.id });
+    assert.deepEqual(
+      calls.map((c) => [c.callId, c.status, c.reason]).sort(),
+      ["call_first", "call_second"].map((callId) => [callId, "cancelled", "the job's session ran past its deadline"]),
+    );
+    assert.equal(hooks.length, 1, "the other call's hook never ran");
+  } finally {
+    server.close();
+    await closeRunner(runner);
+  }
+});
 void test("a cancel its node ignores: the job ends cancelled, and its token reaches no model", async () => {
   const runner = jobRunner();
   const job = await runner.runAgent({ agent: "untimed", input: "run on" });

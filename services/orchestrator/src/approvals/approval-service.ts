@@ -157,6 +157,9 @@ export class ApprovalService {
     o.active.deciding = deciding;
     // A cancel stopped the decisions before it could store itself (it waits for the job's lock this one holds).
     if (o.active.decisionsStopped !== undefined) deciding.abort(o.active.decisionsStopped);
+    // Its session's exit, heard now or while a hook runs, stops command hooks (and only them: the rest of the
+    // policy decides as ever, and the call waits or ends with the job).
+    const exited = (o.active.sessionExited ??= new AbortController()).signal;
     let decided: PolicyDecision;
     try {
       decided =
@@ -173,16 +176,20 @@ export class ApprovalService {
                 ...(input ? { input } : {}),
                 title: request.title,
                 callId: request.callId,
-                signal: deciding.signal,
+                signal: AbortSignal.any([deciding.signal, exited]),
               });
     } finally {
       if (o.active.deciding === deciding) o.active.deciding = undefined;
     }
     // Stopped while its hooks ran (stopDeciding): the call ends with the job's cancel or stop, not a hook's denial.
-    const cancelled = job.cancelRequestedAt !== undefined || deciding.signal.aborted;
+    // A hook stopped by the session's exit: the call ends cancelled too, saying the harness is gone.
+    const hookStopped = decided.kind === "deny" && decided.stopped === true && exited.aborted;
+    const cancelled = job.cancelRequestedAt !== undefined || deciding.signal.aborted || hookStopped;
     const policyDecision: PolicyDecision = deciding.signal.aborted
       ? { ...CANCELLED, reason: String(deciding.signal.reason) }
-      : decided;
+      : hookStopped
+        ? { ...CANCELLED, reason: String(exited.reason) }
+        : decided;
     const decision = policyDecision.kind === "ask" ? await this.#withinWaitingCap(job, policyDecision) : policyDecision;
     const record: PermissionRecord = {
       jobId: job.id,
@@ -285,6 +292,18 @@ export class ApprovalService {
     // Until the cancel is stored, so a call that came with this one does not start hooks of its own.
     active.decisionsStopped = why;
     active.deciding?.abort(why);
+  }
+
+  /**
+   * The job's session exited (the node said so, ahead of the messages still to be handled): a command hook
+   * deciding one of its calls is stopped at once, and none runs for a call still to be decided, rather than each
+   * running to its timeout for a call nothing is left to run. The calls end cancelled, saying `why`.
+   */
+  stopHooks(jobId: string, why: string): void {
+    const active = this.#o.active.get(jobId);
+    if (!active) return;
+    const exited = (active.sessionExited ??= new AbortController());
+    if (!exited.signal.aborted) exited.abort(why);
   }
 
   /** The cancel that stopped the job's decisions could not be stored: its calls are decided as before. */

@@ -58,6 +58,8 @@ export interface ActiveJob extends SessionState {
    * cancelled, saying so, without running hooks that would hold the lock the cancel or stop waits for.
    */
   decisionsStopped?: string;
+  /** Aborted once its session's exit is heard (ApprovalService.stopHooks): its calls' command hooks stop. */
+  sessionExited?: AbortController;
 }
 
 export class ActiveJobs {

@@ -396,6 +396,8 @@ export class JobSessions {
           if (!this.#o.active.stopped(active) && !active.ended) await this.#o.handleBurst(job.id, active, messages);
         }),
       stopped: () => this.#o.active.stopped(active),
+      // Not under the lock, which a hook deciding its call holds: the exit stops that hook.
+      exitHeard: (why) => this.#o.approvals.stopHooks(job.id, why),
       // Gone from the store, or finished meanwhile (its node was lost): nothing is left to follow.
       stillFollowed: async () =>
         (await this.#o.store.getJob(job.id)) !== undefined && this.#o.active.get(job.id) === active,

@@ -722,6 +722,8 @@ export class OperationRunner {
       let failure: string | undefined;
       let stderrTail = "";
       let pendingModelStep: { at: number; tokens: Usage } | undefined;
+      /** Aborted once the scratch session's exit is heard: a hook deciding its call has nothing left to decide for. */
+      const exited = new AbortController();
       const emitStep = (attributes: Record<string, unknown>, tokens?: Usage): void => {
         options.step.index++;
         this.#o.lifecycle?.publish("harness.operation_step", {
@@ -788,8 +790,9 @@ export class OperationRunner {
               ...(e.value.input ? { input: e.value.input as JsonObject } : {}),
               title: e.value.title,
               callId: e.value.callId,
-              // A cancel of the job kills a command hook still deciding, rather than waiting out its timeout.
-              signal,
+              // A cancel of the job, or the scratch session's exit, kills a command hook still deciding, rather
+              // than waiting out its timeout.
+              signal: AbortSignal.any([signal, exited.signal]),
             });
             // A scratch loop has no person to wait for: what needs approval is refused, and the model is told why.
             const allow = decision.kind === "allow";
@@ -858,6 +861,7 @@ export class OperationRunner {
         handle,
         stopped: () => false,
         reattach: false,
+        exitHeard: (why) => exited.abort(why),
       });
       // Its node sent more about the scratch session than a session may: the parent's node (a scratch session runs
       // there), so the parent job ends with it. Failing the operation alone let the job call it again, each time a

@@ -75,8 +75,10 @@ export function parseHookAnswer(stdout: string, label: string): HookVerdict {
 export function runCommandHook(options: RunCommandHookOptions): Promise<HookVerdict> {
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const { label, signal } = options;
-  const stopped = (): HookVerdict =>
-    deny(`${label} was stopped (${String(signal?.reason ?? "aborted")}); the call is denied`);
+  const stopped = (): HookVerdict => ({
+    ...deny(`${label} was stopped (${String(signal?.reason ?? "aborted")}); the call is denied`),
+    stopped: true,
+  });
   if (signal?.aborted) return Promise.resolve(stopped());
   return new Promise((resolve) => {
     let settled = false;

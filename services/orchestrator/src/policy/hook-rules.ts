@@ -73,6 +73,8 @@ export interface HookVerdict {
   reason: string;
   /** The input the call runs with instead (allow, ask). */
   input?: JsonObject;
+  /** A command hook stopped by its caller's signal before it answered (a deny): no hook decided the call. */
+  stopped?: true;
 }
 
 export function isCommandHook(spec: HookSpec): spec is CommandHookSpec {

@@ -148,7 +148,7 @@ export class HookStage implements PermissionStage {
       const changed = verdict.input ? { input: verdict.input, inputChangedBy: hook.label } : {};
       switch (verdict.decision) {
         case "deny":
-          return { kind: "deny", decider: "hook", reason };
+          return { kind: "deny", decider: "hook", reason, ...(verdict.stopped ? { stopped: true as const } : {}) };
         case "ask":
           return { kind: "ask", reason, ...changed };
         case "allow":

@@ -23,7 +23,8 @@ export interface PermissionQuestion {
 /** `input`: a changed input, and `inputChangedBy` the hook that chose it (its label, for the record and the approval). */
 export type PolicyDecision =
   | { kind: "allow"; decider: DeciderName; reason: string; input?: JsonObject; inputChangedBy?: string }
-  | { kind: "deny"; decider: DeciderName; reason: string }
+  /** `stopped`: a command hook was stopped by the question's signal before it answered. */
+  | { kind: "deny"; decider: DeciderName; reason: string; stopped?: true }
   | { kind: "ask"; reason: string; input?: JsonObject; inputChangedBy?: string };
 
 /** One step of the policy. `undefined` means "no opinion": the next stage decides. */

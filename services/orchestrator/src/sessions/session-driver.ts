@@ -92,6 +92,12 @@ export interface FollowSettings {
   /** After each re-attach: write again what the session waits for that the broken stream may never have carried. */
   reattached?(): Promise<void>;
   /**
+   * The session's exit, heard before the messages ahead of it are handled: with them in one burst, or read while an
+   * earlier burst is handled (a hook deciding a call). `why` says so, for what waits on the session to stop with:
+   * nothing is left to run the call a hook decides. It may be heard more than once.
+   */
+  exitHeard?(why: string): void;
+  /**
    * How to start the session again on another node when its node was full
    * and never took it (`SandboxFullError` before its first message); with
    * `place`, the placement's wait. Without it a full node breaks the stream
@@ -137,6 +143,12 @@ export const DEFAULT_MAX_SESSION_BYTES = 1024 * 1024 * 1024;
 const ROOM_POLL_MS = 500;
 /** A stream that ran this long after its node answered, then broke: a new outage, timed afresh. */
 const NEW_OUTAGE_MS = 10_000;
+
+/** Why what waits on a session stops once its exit is heard. */
+function exitHeardReason(exit: Extract<SandboxMessage, { kind: "exited" }>): string {
+  const how = exit.error || `code ${exit.exitCode}${exit.signal ? `, signal ${exit.signal}` : ""}`;
+  return `the session ended before its call was decided (${how})`;
+}
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -205,23 +217,22 @@ export class SessionDriver {
     let outageSince: number | undefined;
     for (let attempt = 0; ; attempt++) {
       try {
-        if (o.handleBurst) {
-          for await (const burst of messageBursts(state.channel!)) {
-            // What came before the message that passed the budget is handled; that one and the rest are not. Nor
-            // are those handled before a re-attach.
-            const within = withinBudget(burst);
-            const fresh = burst.slice(0, within).filter((message) => message.seq > state.sandboxSeq);
-            if (fresh.length > 0) await o.handleBurst(fresh);
-            if (within < burst.length) return this.#tooLarge(o, maxBytes);
-            attempt = 0;
+        const heard = (message: SandboxMessage): void => {
+          if (message.kind === "exited") o.exitHeard?.(exitHeardReason(message));
+        };
+        for await (const burst of messageBursts(state.channel!, { readAhead: heard })) {
+          // Before what came with it is handled: a call it asked is then decided knowing nobody will run it.
+          burst.forEach(heard);
+          // What came before the message that passed the budget is handled; that one and the rest are not. Nor
+          // are those handled before a re-attach.
+          const within = withinBudget(burst);
+          const fresh = burst.slice(0, within).filter((message) => message.seq > state.sandboxSeq);
+          if (fresh.length > 0) {
+            if (o.handleBurst) await o.handleBurst(fresh);
+            else for (const message of fresh) await o.handle(message);
           }
-        } else {
-          for await (const message of state.channel!) {
-            if (withinBudget([message]) === 0) return this.#tooLarge(o, maxBytes);
-            if (message.seq <= state.sandboxSeq) continue; // already handled before a re-attach
-            await o.handle(message);
-            attempt = 0;
-          }
+          if (within < burst.length) return this.#tooLarge(o, maxBytes);
+          attempt = 0;
         }
         return o.stopped() ? { kind: "stopped" } : { kind: "ended" };
       } catch (error) {
