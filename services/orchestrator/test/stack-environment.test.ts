@@ -50,6 +50,8 @@ void test("serviceEnv passes the basics and each service's own settings, never c
     OZ0_KAFKA_SASL_MECHANISM: "SCRAM-SHA-512",
     OZ0_KAFKA_SASL_USERNAME: "oz0-events",
     OZ0_KAFKA_SASL_PASSWORD_FILE: "/run/secrets/kafka-password",
+    // Refused by the events service, which reads the password from a file: the others must not carry it meanwhile.
+    OZ0_KAFKA_SASL_PASSWORD: "kafka-password-in-the-shell",
     OZ0_KAFKA_TLS: "true",
     OZ0_KAFKA_TLS_CA_FILE: "/run/secrets/kafka-ca.crt",
     AWS_SECRET_ACCESS_KEY: "aws",
@@ -90,6 +92,7 @@ void test("serviceEnv passes the basics and each service's own settings, never c
       "OZ0_KAFKA_SASL_MECHANISM",
       "OZ0_KAFKA_SASL_USERNAME",
       "OZ0_KAFKA_SASL_PASSWORD_FILE",
+      "OZ0_KAFKA_SASL_PASSWORD",
       "OZ0_KAFKA_TLS",
       "OZ0_KAFKA_TLS_CA_FILE",
     ] as const)

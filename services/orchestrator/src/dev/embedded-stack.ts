@@ -662,11 +662,16 @@ const SHARED_VARIABLES = new Set([
 ]);
 const SHARED_PREFIXES = ["LC_", "OTEL_", "OZ0_"];
 
-/** The relay's Kafka user and TLS (services/events, "Configuration"): where its password is, for events alone. */
+/**
+ * The relay's Kafka user and TLS (services/events, "Configuration"): where its password is, for events alone. And
+ * the password itself, which the events service refuses (it reads it from a file), saying so: the other services
+ * would have carried it by its OZ0_ prefix, in environments a session's tools may read.
+ */
 const KAFKA_SECURITY = [
   "OZ0_KAFKA_SASL_MECHANISM",
   "OZ0_KAFKA_SASL_USERNAME",
   "OZ0_KAFKA_SASL_PASSWORD_FILE",
+  "OZ0_KAFKA_SASL_PASSWORD",
   "OZ0_KAFKA_TLS",
   "OZ0_KAFKA_TLS_CA_FILE",
 ];
