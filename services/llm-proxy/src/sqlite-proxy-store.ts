@@ -150,6 +150,12 @@ interface WriteBatch {
   held: number[];
   /** Calls whose slot in flight is freed once it is committed. */
   ended: string[];
+  /**
+   * A row of `calls`, or a token spending from another session's budget, is among the writes:
+   * only those change what a count's or an account's starting point reads (`#charged`,
+   * `#callsOnRecord`), which commit what waits first only then.
+   */
+  charges: boolean;
   /** Settles once the batch is committed (or failed). */
   committed: PromiseWithResolvers<void>;
 }
@@ -325,7 +331,12 @@ export class SqliteProxyStore implements ProxyStore {
       revoked_at: null,
       used_at: null,
     });
-    this.#enqueueSlotted(() => void this.#statements.putTokenIfNew.run(values), slot);
+    this.#enqueueSlotted(
+      () => void this.#statements.putTokenIfNew.run(values),
+      slot,
+      undefined,
+      token.budgetSession !== undefined,
+    );
   }
 
   async findToken(hash: string): Promise<TokenRecord | undefined> {
@@ -334,7 +345,9 @@ export class SqliteProxyStore implements ProxyStore {
 
   /** The token's row as it stands with what waits in slots (a token minted or first used a moment ago). */
   #token(hash: string): TokenRecord | undefined {
-    const row = (this.#statements.findToken.get(hash) as TokenRow | undefined) ?? this.#tokensWaiting.get(hash);
+    // One waiting is not in the table (every commit clears what waited), so the table is not read for it:
+    // a session's first model call finds its token here, minted a moment ago.
+    const row = this.#tokensWaiting.get(hash) ?? (this.#statements.findToken.get(hash) as TokenRow | undefined);
     if (!row) return undefined;
     const usedAt = row.used_at === null ? this.#usesWaiting.get(hash) : undefined;
     return tokenFromRow(usedAt === undefined ? row : { ...row, used_at: usedAt });
@@ -402,13 +415,13 @@ export class SqliteProxyStore implements ProxyStore {
     // The call's record and the end of its pending row commit in one transaction (the batch's),
     // with its attempts' records queued before it.
     if (slot === undefined) {
-      const committed = this.#enqueue(write, this.#inFlight.size === 0);
+      const committed = this.#enqueue(write, this.#inFlight.size === 0, true);
       const slots = this.#slots;
       return inTable || !slots ? committed : committed.then(() => slots.end(operationId));
     }
     // Its record is in a slot (it survives the process being killed): the answer may end now.
     // The slot of the call in flight is freed with the record's, once the record is committed.
-    this.#enqueueSlotted(write, slot, operationId);
+    this.#enqueueSlotted(write, slot, operationId, true);
     return RESOLVED;
   }
 
@@ -490,9 +503,10 @@ export class SqliteProxyStore implements ProxyStore {
    * waits for others (SLOTTED_COMMIT_MS, or until SLOTTED_ROWS_MAX wait). Its
    * slot (and the call's slot in flight, `ended`) is freed once it is committed.
    */
-  #enqueueSlotted(write: () => void, slot: number, ended?: string): void {
+  #enqueueSlotted(write: () => void, slot: number, ended?: string, charges = false): void {
     const batch = this.#openBatch();
     batch.writes.push(write);
+    if (charges) batch.charges = true;
     batch.slotted.add(write);
     batch.held.push(slot);
     if (ended !== undefined) batch.ended.push(ended);
@@ -511,7 +525,7 @@ export class SqliteProxyStore implements ProxyStore {
   #openBatch(): WriteBatch {
     let batch = this.#batch;
     if (!batch) {
-      batch = { writes: [], slotted: new Set(), held: [], ended: [], committed: deferred() };
+      batch = { writes: [], slotted: new Set(), held: [], ended: [], charges: false, committed: deferred() };
       this.#batch = batch;
     }
     return batch;
@@ -519,14 +533,12 @@ export class SqliteProxyStore implements ProxyStore {
 
   /**
    * Resolves once the write's batch is committed: at once (with what is queued)
-   * when `alone`, else at the next turn of the event loop.
+   * when `alone`, else at the next turn of the event loop. `charges`: it writes
+   * a row of `calls` (WriteBatch.charges).
    */
-  #enqueue(write: () => void, alone = false): Promise<void> {
-    let batch = this.#batch;
-    if (!batch) {
-      batch = { writes: [], slotted: new Set(), held: [], ended: [], committed: deferred() };
-      this.#batch = batch;
-    }
+  #enqueue(write: () => void, alone = false, charges = false): Promise<void> {
+    const batch = this.#openBatch();
+    if (charges) batch.charges = true;
     if (!alone && !this.#flushScheduled) {
       this.#flushScheduled = true;
       setImmediate(this.#flushQueuedNow);
@@ -554,6 +566,16 @@ export class SqliteProxyStore implements ProxyStore {
   /** Writes what is queued now, in one transaction. */
   flush(): void {
     if (this.#batch) this.#commit(() => undefined);
+  }
+
+  /**
+   * Before a read of `calls` (and of which sessions spend from a budget): commits what is
+   * queued when it holds such rows. A token and its first use, which is all a session's
+   * first model call finds waiting, stay in their slots for the next commit: the read's
+   * answer is the same, and the call no longer waits for a commit of its own (issue 24).
+   */
+  #flushCharges(): void {
+    if (this.#batch?.charges) this.#commit(() => undefined);
   }
 
   /** Writes what is queued and then runs `then`, in one transaction; returns what `then` returns. */
@@ -626,7 +648,7 @@ export class SqliteProxyStore implements ProxyStore {
   }
 
   #charged(session: string): number {
-    this.flush();
+    this.#flushCharges();
     return (this.#statements.chargedToSession.get(session, session) as { cost: number }).cost;
   }
 
@@ -644,7 +666,7 @@ export class SqliteProxyStore implements ProxyStore {
 
   /** A session's calls on record that were sent (what waits in slots committed first). */
   #callsOnRecord(session: string): number {
-    this.flush();
+    this.#flushCharges();
     return (this.#statements.modelCallsOnRecord.get(session) as { made: number }).made;
   }
 

@@ -264,3 +264,51 @@ void test("the log is copied into the database file after each kind of commit: a
   await store.revokeTokens({ session: "s-1" }, new Date(3));
   await checkpointed("SELECT revoked_at FROM session_tokens", [{ revoked_at: 3 }]);
 });
+
+void test("a session's first count and account read what waits in slots, and commit it only when it could change what they read", async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), "oz0-llm-proxy-first-read-"));
+  const store = new SqliteProxyStore({ dataDir });
+  const reader = new Database(path.join(dataDir, "llm-proxy.sqlite"), { readonly: true });
+  t.after(async () => {
+    reader.close();
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const tokensCommitted = (): number =>
+    (reader.prepare("SELECT count(*) AS n FROM session_tokens").get() as { n: number }).n;
+  const token = (hash: string, session: string, budgetSession?: string) => ({
+    hash,
+    job: "j",
+    agent: "a",
+    session,
+    budgetUsd: 1,
+    maxModelCalls: 4,
+    ...(budgetSession ? { budgetSession } : {}),
+    createdAt: new Date(1),
+  });
+  // A session's first call: its token and first use wait in slots; neither changes a count or an account.
+  await store.putToken(token("h-s", "s"));
+  assert.ok(await store.useToken("h-s", new Date(2)));
+  (await store.countModelCall({ session: "s", limit: 4 })).end();
+  const held = await store.reserveBudget({
+    session: "s",
+    limitUsd: 1,
+    worstCaseUsd: 0.1,
+    minimumUsd: 0.01,
+    partial: false,
+  });
+  await held.settle(0);
+  assert.equal(tokensCommitted(), 0, "the token and its use still wait in their slots");
+
+  // A call record waiting counts for its session: it is committed before the read.
+  await store.beginAttempt(pending("op-1"));
+  await store.recordCall({ ...record("op-1"), attempts: 1 });
+  await store.forgetModelCalls("s");
+  await assert.rejects(store.countModelCall({ session: "s", limit: 1 }), /has made 1 model calls/);
+  assert.equal(tokensCommitted(), 1, "committed with the record");
+
+  // A token waiting that spends from another session's budget brings its session's calls to that account.
+  await store.putToken(token("h-scratch", "s", "parent"));
+  assert.equal(await store.chargedToSession("parent"), 0.01);
+  assert.equal(tokensCommitted(), 2);
+});
