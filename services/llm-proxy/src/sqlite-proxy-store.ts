@@ -224,7 +224,11 @@ export class SqliteProxyStore implements ProxyStore {
       if (file !== ":memory:") {
         // Checkpoints (and their fsync) happen on a thread of their own, never in a commit here.
         this.#db.pragma("wal_autocheckpoint = 0");
-        const checkpointer = new SqliteCheckpointer({ file, onError: this.#onWriteError });
+        // The thread looks once a second, not every 250 ms: it polls even when nothing was written, and
+        // four wake-ups a second were half an idle proxy's CPU (0.8 of 1.6 ms a second). It checkpoints
+        // as often as before at a few commits a second (once a second after any came), and at most once
+        // a second under load instead of four times: larger checkpoints, fewer of their fsyncs.
+        const checkpointer = new SqliteCheckpointer({ file, intervalMs: 1_000, onError: this.#onWriteError });
         this.#checkpointer = checkpointer;
         opened.push(() => checkpointer.close());
       }
