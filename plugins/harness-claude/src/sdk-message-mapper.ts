@@ -36,6 +36,22 @@ function asObject(value: unknown): JsonObject {
     : {};
 }
 
+/**
+ * The LLM proxy's refusals that end a session (services/llm-proxy, "Limits"): the session made its agent's
+ * limits.max_steps model calls, or spent its budget. Claude Code does not retry them (`x-should-retry: false`) and
+ * says only "API Error: 402 <the proxy's message>", so they are told by the message. They end the session as the
+ * SDK's own limits do, with the stop reason that says which, rather than as a failed model call.
+ */
+function proxyRefusal(text: string): { stopReason: StopReason; error: string } | undefined {
+  if (!text.startsWith("API Error: 402 ")) return undefined;
+  const why = text.slice("API Error: 402 ".length);
+  if (/, its agent's limits\.max_steps\); the session must end\b/.test(why))
+    return { stopReason: StopReason.MAX_TURNS, error: `the LLM proxy refused the next model call: ${why}` };
+  if (/^the session's budget of \$[\d.]+ is exhausted\b|of the session's \$[\d.]+ budget is left\b/.test(why))
+    return { stopReason: StopReason.BUDGET_EXHAUSTED, error: `the LLM proxy refused the next model call: ${why}` };
+  return undefined;
+}
+
 function count(value: unknown): number {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 }
@@ -226,6 +242,8 @@ export class SdkMessageMapper {
     switch (message.subtype) {
       case "success": {
         if (message.is_error) {
+          const refused = proxyRefusal(message.result);
+          if (refused) return { ...base, text: message.result, ...refused };
           return {
             ...base,
             stopReason: StopReason.ERROR,

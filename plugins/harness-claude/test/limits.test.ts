@@ -59,6 +59,44 @@ void test("harness.max_budget_usd stops the session with budget_exhausted", asyn
   }
 });
 
+/** The LLM proxy's refusal of a call, as it answers (services/llm-proxy: model-call-ledger.ts, budget-ledger.ts). */
+const proxyRefusal = (message: string, type: string) => ({
+  fail: { status: 402, headers: { "x-should-retry": "false" }, body: { type: "error", error: { type, message } } },
+});
+
+// Claude Code reports a refused call as a failed one ("API Error: 402 …"): the session ended with an error, though
+// it reached a limit the agent set, as the SDK's own limits end it.
+void test("the LLM proxy's refusals at limits.max_steps and at the budget end the session with max_turns and budget_exhausted", async () => {
+  const cases = [
+    {
+      refusal: proxyRefusal(
+        "the session has made 1 model calls, the most it may make (1, its agent's limits.max_steps); the session must end (an operator raises it with the agent's limits.max_steps)",
+        "model_calls_exhausted",
+      ),
+      stopReason: StopReason.MAX_TURNS,
+    },
+    {
+      refusal: proxyRefusal(
+        "the session's budget of $0.0100 is exhausted ($0.0100 spent, $0.0000 held by calls in flight); the session must end (an operator raises it with the agent's harness.max_budget_usd)",
+        "budget_exhausted",
+      ),
+      stopReason: StopReason.BUDGET_EXHAUSTED,
+    },
+    // Any other refusal is a failed model call, as before.
+    { refusal: proxyRefusal("something else went wrong", "invalid_request_error"), stopReason: StopReason.ERROR },
+  ];
+  for (const { refusal, stopReason } of cases) {
+    const run = await runHarness({ turns: () => [runBash, refusal, { text: "never reached" }] });
+    try {
+      assert.equal(run.outcome.result?.stopReason, stopReason, run.outcome.result?.error);
+      const message = refusal.fail.body.error.message;
+      assert.ok(run.outcome.result?.error.endsWith(message), run.outcome.result?.error);
+    } finally {
+      await removeRun(run);
+    }
+  }
+});
+
 void test("SIGTERM while the model is answering ends with one cancelled result and no process left", async () => {
   let cancelling = false;
   const run = await runHarness({
