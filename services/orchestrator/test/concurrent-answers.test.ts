@@ -142,7 +142,16 @@ void test("an approval with another edited input, after the call was approved, i
     const again = await approvals.answer({ jobId: "j1", callId: "p1", allow: true, input, answeredBy: alice });
     assert.equal(again.answeredBy, "alice", "the same answer twice is accepted once");
     const plain = await approvals.answer({ jobId: "j1", callId: "p1", allow: true, answeredBy: alice });
-    assert.deepEqual(plain.answerInput, input, "an approve without an input is the same answer");
+    assert.deepEqual(
+      plain.answerInput,
+      input,
+      "an approve without an input, from the one who edited it, is the same answer",
+    );
+    // Another person's plain approve means the input the call waited with, which is not what ran.
+    await assert.rejects(
+      approvals.answer({ jobId: "j1", callId: "p1", allow: true, answeredBy: { id: "bob", groups: [] } }),
+      /call p1 was already approved by alice with another input; a different answer is refused/,
+    );
     await assert.rejects(
       approvals.answer({
         jobId: "j1",

@@ -599,11 +599,16 @@ export async function againIfAnsweredMeanwhile<T>(write: () => Promise<T>): Prom
  * A person's answer to a call decided before it: the same answer again is
  * accepted once (the decision is returned); any other is refused, saying why.
  * An edited input other than the one the call was answered with is another
- * answer: its sender must not read that their input ran.
+ * answer: its sender must not read that their input ran. So is a plain
+ * approve (which runs the input the call waited with) after another person
+ * approved it with an input they edited; from the one who edited it, it is
+ * the same answer again.
  */
 function answeredBefore(p: PermissionRecord, options: AnswerOptions): PermissionRecord {
   const sameDecision = (p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow);
-  const sameInput = options.input === undefined || isDeepStrictEqual(options.input, p.answerInput);
+  const editedByAnother = p.inputChangedBy === `person ${p.answeredBy}` && p.answeredBy !== options.answeredBy.id;
+  const sameInput =
+    options.input === undefined ? !editedByAnother : isDeepStrictEqual(options.input, p.answerInput);
   if (sameDecision && sameInput) return p;
   if (p.status === "cancelled" || p.status === "timed_out") {
     throw failedPrecondition(
