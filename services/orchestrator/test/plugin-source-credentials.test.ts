@@ -212,3 +212,39 @@ void test("oz0 plugin install --git-credential-stdin clones with a credential no
   assert.equal(twice.code, 2);
   assert.match(twice.stderr, /the URL has a credential already: give it on standard input alone/);
 });
+
+// The credential helper answered whatever host git asked about: a repository that redirects its clone to another
+// host (git follows the first request's redirect) made git ask for that host's credential, which it then sent
+// there (a review's finding). It answers for the URL's own host alone now.
+void test("a clone redirected to another host sends that host no credential", async (t) => {
+  await servedPlugin("redirected-plugin");
+  const git = await privateGitServer();
+  t.after(git.close);
+  const sentThere: string[] = [];
+  const elsewhere = http.createServer((req, res) => {
+    if (req.headers.authorization) sentThere.push(req.headers.authorization);
+    res.writeHead(401, { "www-authenticate": 'Basic realm="elsewhere"' }).end();
+  });
+  await new Promise<void>((resolve) => elsewhere.listen(0, "127.0.0.1", resolve));
+  t.after(() => elsewhere.close());
+  // On another port: git counts host and port together as the host.
+  const elsewhereUrl = `127.0.0.1:${(elsewhere.address() as AddressInfo).port}`;
+  const redirecting = http.createServer((req, res) => {
+    res.writeHead(302, { location: `http://${elsewhereUrl}${req.url ?? "/"}` }).end();
+  });
+  await new Promise<void>((resolve) => redirecting.listen(0, "127.0.0.1", resolve));
+  t.after(() => redirecting.close());
+  const redirectingUrl = `127.0.0.1:${(redirecting.address() as AddressInfo).port}`;
+  const registry = new PluginRegistry({
+    store: new SqliteJobStore({ file: ":memory:" }),
+    home: path.join(scratch, "home-redirect"),
+  });
+  await assert.rejects(
+    registry.install({ source: `http://${USER}:${TOKEN}@${redirectingUrl}/redirected-plugin.git` }),
+    /git clone .* failed/,
+  );
+  assert.deepEqual(sentThere, [], "the other host was sent no credential");
+  // The control: at its own host the same credential clones.
+  const installed = await registry.install({ source: `http://${USER}:${TOKEN}@${git.url}/redirected-plugin.git` });
+  assert.equal(installed.plugin.name, "redirected-plugin");
+});

@@ -77,9 +77,11 @@ export function sourceWithoutCredentials(source: string): string {
  * `user`- or `none`-mode sandbox on the host (attacker review); a process's environment is its own user's alone.
  * The helper list is emptied first, so the URL's credential is the one used, as it was, and no helper of the
  * orchestrator's user stores it. A user without a password (a token given as the user) is sent with an empty one.
+ * It answers for the URL's own protocol and host (with its port) alone: git asks it again for the host a clone is
+ * redirected to, and a repository that redirected elsewhere was sent the credential there.
  */
 export function credentialsOutOfCommandLine(source: string): { url: string; env: Record<string, string> } {
-  const match = /^(https?:\/\/)([^/?#]*)@/i.exec(source);
+  const match = /^(https?):\/\/([^/?#]*)@([^/?#]*)/i.exec(source);
   if (!match) return { url: source, env: {} };
   const userinfo = match[2]!;
   const colon = userinfo.indexOf(":");
@@ -96,12 +98,15 @@ export function credentialsOutOfCommandLine(source: string): { url: string; env:
     env: {
       OZ0_GIT_USERNAME: decode(colon === -1 ? userinfo : userinfo.slice(0, colon)),
       OZ0_GIT_PASSWORD: decode(colon === -1 ? "" : userinfo.slice(colon + 1)),
+      // As git asks: both as the URL writes them.
+      OZ0_GIT_PROTOCOL: match[1]!,
+      OZ0_GIT_HOST: match[3]!,
       GIT_CONFIG_COUNT: String(first + 2),
       [`GIT_CONFIG_KEY_${first}`]: "credential.helper",
       [`GIT_CONFIG_VALUE_${first}`]: "",
       [`GIT_CONFIG_KEY_${first + 1}`]: "credential.helper",
       [`GIT_CONFIG_VALUE_${first + 1}`]:
-        '!f() { test "$1" = get || return 0; printf \'username=%s\\npassword=%s\\n\' "$OZ0_GIT_USERNAME" "$OZ0_GIT_PASSWORD"; }; f',
+        '!f() { test "$1" = get || return 0; while IFS= read -r l; do case "$l" in protocol=*) p="${l#protocol=}";; host=*) h="${l#host=}";; esac; done; test "$p" = "$OZ0_GIT_PROTOCOL" && test "$h" = "$OZ0_GIT_HOST" || return 0; printf \'username=%s\\npassword=%s\\n\' "$OZ0_GIT_USERNAME" "$OZ0_GIT_PASSWORD"; }; f',
     },
   };
 }
