@@ -341,7 +341,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
     sessionUidLockDir: envString(env, "OZ0_SANDBOX_UID_LOCK_DIR"),
     readOnlyPaths: readOnlyPaths?.split(":").filter((p) => p !== ""),
     hiddenPaths: hiddenPaths(env),
-    sessionPath: envString(env, "OZ0_SESSION_PATH"),
+    sessionPath: sessionPath(env),
     orchestratorUrls: orchestratorUrls.length > 0 ? orchestratorUrls : undefined,
     nodeToken: envString(env, "OZ0_NODE_TOKEN"),
     nodeId: envString(env, "OZ0_NODE_ID"),
@@ -353,6 +353,22 @@ export function configFromEnv(env: NodeJS.ProcessEnv): SandboxConfig {
 }
 
 /** OZ0_SANDBOX_HIDDEN_PATHS, absolute, and OZ0_HOME: the stack's data directory, whatever a read-only path may contain. */
+/**
+ * Every session's PATH: absolute folders alone. An empty entry (a leading, trailing or doubled `:`) or a relative
+ * one names the working directory of whatever runs a command, which in a session is the job's repository, which the
+ * model writes: an approved `ls` would run a `./ls` an earlier call put there.
+ */
+function sessionPath(env: NodeJS.ProcessEnv): string | undefined {
+  const value = envString(env, "OZ0_SESSION_PATH");
+  if (value !== undefined && value.split(":").some((dir) => !path.isAbsolute(dir)))
+    throw new EnvConfigError(
+      "OZ0_SESSION_PATH",
+      "`:`-separated absolute folders (no empty entry, which like a relative one names the working directory, the job's repository)",
+      value,
+    );
+  return value;
+}
+
 function hiddenPaths(env: NodeJS.ProcessEnv): string[] {
   const value = envString(env, "OZ0_SANDBOX_HIDDEN_PATHS");
   const listed = (value ?? "").split(":").filter((p) => p !== "");

@@ -169,6 +169,12 @@ void test("a malformed variable is refused, naming it and the form it expects", 
   ];
   for (const [env, message] of cases)
     assert.throws(() => configFromEnv(env), { name: "EnvConfigError", message }, JSON.stringify(env));
+  // An empty or relative entry names the working directory, the job's repository, which the model writes.
+  for (const value of ["/usr/bin::/bin", ":/usr/bin", "/usr/bin:", "bin:/usr/bin"])
+    assert.throws(() => configFromEnv({ OZ0_SESSION_PATH: value }), {
+      name: "EnvConfigError",
+      message: `OZ0_SESSION_PATH must be \`:\`-separated absolute folders (no empty entry, which like a relative one names the working directory, the job's repository); got ${JSON.stringify(value)}`,
+    });
   assert.throws(
     () =>
       heartbeatSidecarConfigFromEnv({
