@@ -30,6 +30,7 @@ import {
 } from "node:fs";
 import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
+import { spreadSubfolders } from "./directory-spread.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
 import { handOver, removeAsUser } from "./session-user-files.js";
 import { removeSessionTree } from "./tree-removal.js";
@@ -526,6 +527,8 @@ export async function prepareRoot(root: string): Promise<string> {
     assertOwnFolder(dir, root, { link: false });
     await chmod(dir, mode);
   }
+  // Each session's folders, made and removed a second later, spread over the disk's inode groups (directory-spread.ts).
+  spreadSubfolders([path.join(root, "sessions"), path.join(root, "internal")]);
   return realpath(root);
 }
 
