@@ -415,7 +415,11 @@ export class SandboxSession {
         );
       }
       // Only now: the attachments and the snapshot are the sandbox's, made before any process of the uid runs.
-      if (this.#user !== undefined) await handOverSessionDirectories(paths, this.#user);
+      if (this.#user !== undefined)
+        await handOverSessionDirectories(paths, this.#user, {
+          stateSubdirectories: stateSubdirectories(paths.stateDir),
+          emptyWorkingDir: start.attachments.length === 0,
+        });
       if (isolation.mode === "bwrap" && isolation.forwards.length > 0)
         this.#forwarding = await forwardingFor(isolation, this.id, this.#user);
     } catch (error) {

@@ -32,7 +32,7 @@ import path from "node:path";
 import type { Attachment } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { spreadSubfolders } from "./directory-spread.js";
 import { invalidField, SandboxError } from "./sandbox-errors.js";
-import { handOver, removeAsUser } from "./session-user-files.js";
+import { handOver, handOverMade, removeAsUser } from "./session-user-files.js";
 import { removeSessionTree } from "./tree-removal.js";
 import type { SessionUser } from "./session-user-processes.js";
 
@@ -255,10 +255,21 @@ async function makePassableParents(dir: string): Promise<void> {
   }
 }
 
-/** Gives the session's own directories (not a shared working directory) to its uid, after the attachments were copied in. */
-export async function handOverSessionDirectories(paths: SessionPaths, user: SessionUser): Promise<void> {
-  if (!paths.sharesWorkingDir) await handOver(paths.workingDir, user);
-  await handOver(paths.stateDir, user);
+/**
+ * Gives the session's own directories (not a shared working directory) to its uid, after the attachments were copied
+ * in. The state directory holds only the subdirectories createSessionDirectories made in it, and the working directory
+ * nothing when no attachment was copied: those are handed over by name; a working directory with attachments is walked.
+ */
+export async function handOverSessionDirectories(
+  paths: SessionPaths,
+  user: SessionUser,
+  made: { stateSubdirectories: readonly string[]; emptyWorkingDir: boolean },
+): Promise<void> {
+  if (!paths.sharesWorkingDir) {
+    if (made.emptyWorkingDir) handOverMade(paths.workingDir, [], user);
+    else await handOver(paths.workingDir, user);
+  }
+  handOverMade(paths.stateDir, made.stateSubdirectories, user);
 }
 
 /**
