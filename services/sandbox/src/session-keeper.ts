@@ -227,6 +227,35 @@ export function signalName(number: number): NodeJS.Signals | undefined {
 /** What one pump reads before it lets the event loop run: a harness writing as fast as it can must not hold the sandbox. */
 const PUMP_BYTES = 1024 * 1024;
 
+/** The tails' backstop polls by period: see {@link pollEvery}. */
+const polls = new Map<number, { pumps: Set<() => void>; timer: NodeJS.Timeout }>();
+
+/**
+ * The tails' backstop polls, one timer per period for every tail on it rather than one per tail: three a session
+ * (stdout, stderr, bwrap's info), each waking the sandbox every second for as long as its session ran, at its own
+ * moment (issue 24). Returns what takes `pump` off it again.
+ */
+function pollEvery(periodMs: number, pump: () => void): () => void {
+  let poll = polls.get(periodMs);
+  if (poll === undefined) {
+    const pumps = new Set<() => void>();
+    const timer = setInterval(() => {
+      for (const each of pumps) each();
+    }, periodMs);
+    timer.unref();
+    poll = { pumps, timer };
+    polls.set(periodMs, poll);
+  }
+  const { pumps, timer } = poll;
+  pumps.add(pump);
+  return () => {
+    pumps.delete(pump);
+    if (pumps.size > 0 || polls.get(periodMs)?.timer !== timer) return;
+    clearInterval(timer);
+    polls.delete(periodMs);
+  };
+}
+
 /**
  * A file read as it grows, from a byte offset; it ends once {@link finish}
  * was called and everything is read. Read synchronously into one scratch
@@ -243,7 +272,7 @@ class FileTail extends Readable {
   #stopped = false;
   #pumping = false;
   readonly #watcher: FSWatcher | undefined;
-  readonly #poll: NodeJS.Timeout;
+  readonly #stopPolling: () => void;
   static readonly #scratch = Buffer.allocUnsafe(64 * 1024);
 
   constructor(file: string, position: number) {
@@ -257,8 +286,7 @@ class FileTail extends Readable {
     } catch {
       this.#watcher = undefined;
     }
-    this.#poll = setInterval(() => this.#pump(), this.#watcher === undefined ? 250 : 1000);
-    this.#poll.unref();
+    this.#stopPolling = pollEvery(this.#watcher === undefined ? 250 : 1000, () => this.#pump());
   }
 
   override _read(): void {
@@ -314,7 +342,7 @@ class FileTail extends Readable {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#watcher?.close();
-    clearInterval(this.#poll);
+    this.#stopPolling();
     if (this.#fd !== undefined) closeSync(this.#fd);
     this.#fd = undefined;
   }
