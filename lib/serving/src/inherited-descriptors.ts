@@ -18,6 +18,17 @@ export interface ClosedDescriptor {
 }
 
 /**
+ * The files V8 itself opens without close-on-exec when a profiler asks (`node --perf-basic-prof`: the map of
+ * JavaScript frames for Linux perf, /tmp/perf-<pid>.map, and its log, isolate-0x…-<pid>-v8.log): this process's
+ * own, named after it, not inherited. Closed, V8 went on writing to their numbers once they were reused, and the
+ * service died at start (a socket it wrote a perf map line to).
+ */
+function v8Own(target: string): boolean {
+  const name = target.slice(target.lastIndexOf("/") + 1);
+  return name === `perf-${process.pid}.map` || new RegExp(`^isolate-0x[0-9a-f]+-${process.pid}-v8\\.log$`).test(name);
+}
+
+/**
  * Closes the descriptors this process inherited open past exec, says which in `logger`'s log, and returns them. None
  * where /proc cannot be read.
  */
@@ -43,6 +54,7 @@ export function closeInheritedDescriptors(logger: Logger): ClosedDescriptor[] {
     }
     if (Number.isNaN(flags) || (flags & O_CLOEXEC) !== 0) continue;
     const was = readlinkSync(`/proc/self/fd/${fd}`);
+    if (v8Own(was)) continue;
     closeSync(fd);
     closed.push({ fd, was });
   }

@@ -59,3 +59,48 @@ void it(
     }
   },
 );
+
+// V8 opens its perf map and log without close-on-exec under `node --perf-basic-prof`: closed as inherited, their
+// numbers were reused and V8's writes went into the sockets that got them, and the sandbox died at start (found
+// running bench/control-plane-cost.ts --perf).
+void it(
+  "leaves open the files V8 keeps for a profiler, which are the process's own",
+  { skip: process.platform !== "linux" && "Linux's /proc" },
+  async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-v8-own-"));
+    let pid: number | undefined;
+    try {
+      const child = spawn(
+        process.execPath,
+        [
+          "--perf-basic-prof",
+          // Its log goes to the working directory, this test's own; tsx is found from here.
+          "--import",
+          import.meta.resolve("tsx"),
+          "--input-type=module",
+          "-e",
+          `import { closeInheritedDescriptors } from ${JSON.stringify(MODULE)};
+         import { readlinkSync, readdirSync } from "node:fs";
+         const own = readdirSync("/proc/self/fd").map((fd) => { try { return readlinkSync("/proc/self/fd/" + fd); } catch { return ""; } });
+         const closed = closeInheritedDescriptors({ info() {} });
+         process.stdout.write(JSON.stringify({ own, closed }));`,
+        ],
+        { cwd: dir, stdio: ["ignore", "pipe", "inherit"] },
+      );
+      pid = child.pid;
+      let out = "";
+      child.stdout!.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
+      assert.equal(code, 0);
+      const { own, closed } = JSON.parse(out) as { own: string[]; closed: Array<{ fd: number; was: string }> };
+      const v8Files = own.filter((file) => /\/perf-\d+\.map$|\/isolate-0x[0-9a-f]+-\d+-v8\.log$/.test(file));
+      assert.equal(v8Files.length, 2, `V8 opened its perf map and log: ${JSON.stringify(own)}`);
+      for (const file of v8Files)
+        assert.ok(!closed.some(({ was }) => was === file), `${file} was closed: ${JSON.stringify(closed)}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      // The perf map is always written to /tmp.
+      if (pid !== undefined) rmSync(`/tmp/perf-${pid}.map`, { force: true });
+    }
+  },
+);
