@@ -51,9 +51,20 @@ export type ControlEvent =
 export type ManagerDecision =
   { action: "retry" } | { action: "skip" } | { action: "abort"; reason?: string } | { action: "answer"; text: string };
 
+/** What the engine passes beside a control event. */
+export interface DecideOptions {
+  /**
+   * Aborted when the run is cancelled (or, in a parallel branch, a sibling
+   * failed) while the manager decides: the engine no longer waits for the
+   * decision and records none, so stop the work deciding it (the orchestrator
+   * cancels the manager agent's job). Absent for an in-flight invoke.
+   */
+  signal?: AbortSignal;
+}
+
 /** Decides control events for a run. */
 export interface GraphManager {
-  decide(event: ControlEvent): Promise<ManagerDecision>;
+  decide(event: ControlEvent, options?: DecideOptions): Promise<ManagerDecision>;
 }
 
 /** The tools offered to a manager agent, with JSON Schemas for their input. */

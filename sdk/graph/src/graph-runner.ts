@@ -618,17 +618,20 @@ class RunExecution {
           { cause: failure },
         );
       }
-      const decision = await this.#decide({
-        kind: "step_error",
-        runId: this.runId,
-        graph: this.#def.name,
-        nodeId: g.nodeId,
-        path: g.path,
-        iteration: g.scope.iteration,
-        attempt,
-        error,
-        snapshot: g.ctx.snapshot(),
-      });
+      const decision = await this.#decide(
+        {
+          kind: "step_error",
+          runId: this.runId,
+          graph: this.#def.name,
+          nodeId: g.nodeId,
+          path: g.path,
+          iteration: g.scope.iteration,
+          attempt,
+          error,
+          snapshot: g.ctx.snapshot(),
+        },
+        g.scope.signal,
+      );
       switch (decision.action) {
         case "retry":
           if (attempt > retries) {
@@ -695,11 +698,16 @@ class RunExecution {
     return stored;
   }
 
-  async #decide(event: ControlEvent): Promise<ManagerDecision> {
+  /**
+   * Asks the manager, for as long as `signal` (the step's or loop's scope) is not aborted: a cancel while the
+   * manager decides ends the run at once, and the manager is told through the same signal to stop deciding.
+   */
+  async #decide(event: ControlEvent, signal: AbortSignal): Promise<ManagerDecision> {
     let decision: ManagerDecision;
     try {
-      decision = await (this.#options.manager as GraphManager).decide(event);
+      decision = await untilAborted((this.#options.manager as GraphManager).decide(event, { signal }), signal);
     } catch (e) {
+      if (signal.aborted) throw signal.reason;
       throw new GraphError(
         "MANAGER_FAILED",
         `the manager failed to decide a ${event.kind} event: ${errorInfo(e).message}`,
@@ -909,16 +917,19 @@ class RunExecution {
     }
     let decision: ManagerDecision;
     if (this.#options.manager) {
-      decision = await this.#decide({
-        kind: "max_iterations",
-        runId: this.runId,
-        graph: this.#def.name,
-        nodeId: node.id,
-        path,
-        iteration: limit,
-        maxIterations: limit,
-        snapshot: ctx.snapshot(),
-      });
+      decision = await this.#decide(
+        {
+          kind: "max_iterations",
+          runId: this.runId,
+          graph: this.#def.name,
+          nodeId: node.id,
+          path,
+          iteration: limit,
+          maxIterations: limit,
+          snapshot: ctx.snapshot(),
+        },
+        scope.signal,
+      );
     } else {
       // Without a manager the loop just ends: the bag keeps the last round's work.
       decision = { action: "skip" };

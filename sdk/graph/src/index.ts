@@ -55,6 +55,7 @@ export {
   decisionFromToolCall,
   managerTools,
   type ControlEvent,
+  type DecideOptions,
   type GraphManager,
   type ManagerDecision,
 } from "./graph-manager.js";

@@ -537,6 +537,44 @@ void test("cancel aborts the step's signal and ends the run cancelled", async ()
   assert.equal(signal.aborted, true);
 });
 
+void test("cancel while the manager decides ends the run at once, tells the manager, and records no decision", async () => {
+  const boom = new FnStep("boom", () => {
+    throw new Error("disk full");
+  });
+  const h = new Harness("cancel-decision");
+  h.next(boom).next(agent("after"));
+  let asked: { signal: AbortSignal | undefined; decide: (d: ManagerDecision) => void } | undefined;
+  // A manager agent's job takes its time (a model call, a person's approval): this one decides only when told to.
+  const manager: GraphManager = {
+    decide: (_event, options) =>
+      new Promise((resolve) => {
+        asked = { signal: options?.signal, decide: resolve };
+      }),
+  };
+  const store = new InMemoryCheckpointStore();
+  let afterRan = false;
+  const runner = new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps: [boom], agents: { after: () => String((afterRan = true)) } }),
+    manager,
+    store,
+  });
+  const handle = await runner.start({ prompt: "p", runId: "r-cancel-decision" });
+  while (!asked) await new Promise((r) => setImmediate(r));
+  assert.equal(runner.cancel("r-cancel-decision"), true);
+  assert.equal(asked.signal?.aborted, true, "the manager hears of the cancel, to stop deciding");
+  // A decision arriving after the cancel is not the run's any more.
+  asked.decide({ action: "skip" });
+  const result = await handle.result;
+  assert.equal(result.status, "cancelled");
+  assert.equal(afterRan, false);
+  assert.deepEqual(
+    (await store.loadSteps("r-cancel-decision")).map((s) => s.path),
+    [],
+    "nothing recorded for the failed step",
+  );
+});
+
 void test("a run abandoned mid-step resumes in a new runner, replaying recorded deltas; runs are pinned to their definition", async () => {
   const store = new InMemoryCheckpointStore();
   const executions: string[] = [];

@@ -23,6 +23,8 @@ const DECISIONS: Record<string, ScriptedTurn> = {
   "restart-early-case": { toolCalls: [{ name: "retry", input: {} }], delayMs: 3_000 },
   // ...or after its decision was answered, while its session still runs.
   "restart-late-case": { toolCalls: [{ name: "skip", input: {} }] },
+  // Slow, so the run is cancelled while the manager still decides.
+  "cancel-case": { toolCalls: [{ name: "retry", input: {} }], delayMs: 15_000 },
 };
 
 /** Run prompts whose manager asked the model for its second turn (after deciding). */
@@ -240,6 +242,31 @@ void test("an orchestrator killed after the manager decided reads the recorded d
   assert.equal(r.byAgent.boss?.length, 1);
   assert.equal(r.byAgent.flaky?.length, 1, "skipped as decided before the restart, not run again");
   assert.equal(r.byAgent.after?.length, 1);
+});
+
+void test("a run cancelled while the manager decides ends cancelled, and so does the manager's job", async () => {
+  let graphJob = "";
+  const r = await runManaged("cancel-case eight", async () => {
+    await eventually(async () => (managerInputs.some((i) => i.includes("cancel-case eight")) ? true : undefined));
+    const listed = (await jobs()).find((j) => j.id.startsWith("graph_") && j.input.includes("cancel-case eight"));
+    assert.ok(listed);
+    graphJob = listed.id;
+    const cancelled = await t.cli(["jobs", "cancel", graphJob, "--reason", "changed plans"]);
+    assert.equal(cancelled.code, 0, cancelled.stderr);
+  });
+  assert.notEqual(r.code, 0, r.out);
+  assert.equal((await jobs()).find((j) => j.id === graphJob)?.state, "JOB_STATE_CANCELLED");
+  assert.equal(r.byAgent.boss?.length, 1);
+  // Before, its decision was waited for (and then dropped): the model call ran on, and a manager waiting for
+  // a person's approval kept the run from ending for as long as nobody answered.
+  const boss = r.byAgent.boss![0]!.id;
+  const ended = await eventually(async () => {
+    const state = (await jobs()).find((j) => j.id === boss)?.state;
+    return state === "JOB_STATE_RUNNING" || state === "JOB_STATE_PENDING" ? undefined : state;
+  });
+  assert.equal(ended, "JOB_STATE_CANCELLED", "the manager's job is cancelled with the run");
+  assert.equal(r.byAgent.flaky?.length, 1, "the retry it was deciding never ran");
+  assert.equal(r.byAgent.after, undefined);
 });
 
 void test("a run without a control event never starts the manager", async () => {

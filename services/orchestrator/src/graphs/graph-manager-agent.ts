@@ -24,6 +24,7 @@ import {
   GraphError,
   managerTools,
   type ControlEvent,
+  type DecideOptions,
   type GraphManager,
   type ManagerDecision,
 } from "@oz0/graph";
@@ -148,9 +149,12 @@ export class AgentGraphManager implements GraphManager {
     this.#o = options;
   }
 
-  async decide(event: ControlEvent): Promise<ManagerDecision> {
+  async decide(event: ControlEvent, options: DecideOptions = {}): Promise<ManagerDecision> {
     const o = this.#o;
     if (o.halt?.aborted) return never();
+    const signal = options.signal;
+    // Cancelled before it was asked: the engine no longer waits for a decision, and no job should spend on one.
+    if (signal?.aborted) throw signal.reason;
     const key = managerJobKey(event);
     const job = await recordedJob({
       ...o,
@@ -170,13 +174,27 @@ export class AgentGraphManager implements GraphManager {
     if (!job) return never();
     const { jobId, reattached } = job;
     o.onJob?.({ event: event.kind, jobId, reattached });
-    const done = await waitForTerminalJob({
-      store: o.store,
-      feed: o.feed,
-      jobId,
-      ...(o.halt ? { halt: o.halt } : {}),
-      ...(o.pollMs ? { pollMs: o.pollMs } : {}),
-    });
+    // The run was cancelled (or a sibling branch failed) while the manager decides: its job stops too, as a
+    // step's does. Left running, it spent model calls on a decision nobody reads, and one waiting for a
+    // person's approval kept a job open for as long as nobody answered.
+    const onAbort = (): void => {
+      void o.jobs.cancel({ jobId, reason: "the graph run no longer needs this decision" }).catch(() => undefined);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    // Aborted while the job was being created: no event comes any more.
+    if (signal?.aborted) onAbort();
+    let done;
+    try {
+      done = await waitForTerminalJob({
+        store: o.store,
+        feed: o.feed,
+        jobId,
+        ...(o.halt ? { halt: o.halt } : {}),
+        ...(o.pollMs ? { pollMs: o.pollMs } : {}),
+      });
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
     const calls = await servedToolCalls(o.store, done.id);
     const accepted = calls.find((c) => !c.error);
     if (accepted) return decisionFromToolCall(accepted.tool, accepted.input ?? {});
