@@ -120,18 +120,54 @@ function start(
   return { span, ctx: trace.setSpan(parent, span), started: performance.now() };
 }
 
+/** An identifier as the events service keeps one (its redaction policy): what a harness's names must be here too. */
+const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$/;
+/** The LLM proxy's session tokens fit an identifier, and a session can read its own. */
+const SESSION_TOKEN = /oz0st_/i;
+
+/**
+ * A name the harness chose (a tool, a call id, a permission id, its own name), when it may go on a span: an
+ * identifier of at most 128 characters that holds no session token; else undefined, and the span goes without
+ * it. A harness line may be a megabyte, so a name held whole made a span of one (and, the exporter batching
+ * 512 spans, an export the collector refused with every other job's spans in it); and prose or a token the
+ * session read from its environment would reach the collector, where the events service drops the same name.
+ */
+function harnessIdentifier(value: string): string | undefined {
+  return IDENTIFIER.test(value) && !SESSION_TOKEN.test(value) ? value : undefined;
+}
+
+/** `{operation} {name}`, or the operation alone when the harness's name may not go on a span. */
+function nameWith(operation: string, harnessName: string): string {
+  const name = harnessIdentifier(harnessName);
+  return name === undefined ? operation : `${operation} ${name}`;
+}
+
+/** `attributes` without the ones whose value is undefined (a harness's name that may not go on a span). */
+function defined(
+  attributes: Record<string, string | number | boolean | undefined>,
+): Record<string, string | number | boolean> {
+  return Object.fromEntries(Object.entries(attributes).filter(([, v]) => v !== undefined)) as Record<
+    string,
+    string | number | boolean
+  >;
+}
+
 /** `execute_tool {tool}` below the session: a harness's own tool, or a runtime tool (a harness operation). */
 function toolSpan(
   session: Traced,
   options: { sessionId: string; tool: string; callId: string; runtime: boolean },
 ): Traced {
-  return start(`execute_tool ${options.tool}`, session.ctx, {
-    [GenAi.operationName]: "execute_tool",
-    [GenAi.toolName]: options.tool,
-    [GenAi.toolCallId]: options.callId,
-    [GenAi.conversationId]: options.sessionId,
-    "oz0.tool.runtime": options.runtime,
-  });
+  return start(
+    nameWith("execute_tool", options.tool),
+    session.ctx,
+    defined({
+      [GenAi.operationName]: "execute_tool",
+      [GenAi.toolName]: harnessIdentifier(options.tool),
+      [GenAi.toolCallId]: harnessIdentifier(options.callId),
+      [GenAi.conversationId]: options.sessionId,
+      "oz0.tool.runtime": options.runtime,
+    }),
+  );
 }
 
 /** An error span: its type, also as the status message (a name, never an error's text, which may quote content). */
@@ -498,9 +534,11 @@ export class OrchestratorTracing {
     if (message.kind !== "event") return;
     const e = message.event.event;
     switch (e.case) {
-      case "started":
-        session.span.setAttribute("oz0.harness.name", e.value.harnessName);
+      case "started": {
+        const harness = harnessIdentifier(e.value.harnessName);
+        if (harness !== undefined) session.span.setAttribute("oz0.harness.name", harness);
         return;
+      }
       case "toolCall":
         session.tools.set(
           e.value.callId,
@@ -517,11 +555,15 @@ export class OrchestratorTracing {
       }
       case "permissionRequest": {
         const parent = session.tools.get(e.value.callId)?.ctx ?? session.ctx;
-        const permission = start(`permission ${e.value.tool}`, parent, {
-          "oz0.permission.id": e.value.id,
-          [GenAi.toolName]: e.value.tool,
-          ...(e.value.callId ? { [GenAi.toolCallId]: e.value.callId } : {}),
-        });
+        const permission = start(
+          nameWith("permission", e.value.tool),
+          parent,
+          defined({
+            "oz0.permission.id": harnessIdentifier(e.value.id),
+            [GenAi.toolName]: harnessIdentifier(e.value.tool),
+            [GenAi.toolCallId]: harnessIdentifier(e.value.callId),
+          }),
+        );
         session.permissions.set(e.value.id, {
           ...permission,
           tool: e.value.tool,
@@ -562,7 +604,11 @@ export class OrchestratorTracing {
     permission.span.end();
     session.permissions.delete(answer.id);
     if (permission.needsPerson) {
-      const attributes = { "oz0.approval.allowed": answer.allow, [GenAi.toolName]: permission.tool };
+      // A metric's attributes name a series each: a harness's every new name would be one more, kept for good.
+      const attributes = defined({
+        "oz0.approval.allowed": answer.allow,
+        [GenAi.toolName]: harnessIdentifier(permission.tool),
+      });
       this.#metrics.approvals.count.add(1, attributes);
       this.#metrics.approvals.duration.record((performance.now() - permission.started) / 1000, attributes);
     }

@@ -409,3 +409,42 @@ void test("health checks and node heartbeats leave no span unless their caller s
     await listener.close({ graceMs: 0 });
   }
 });
+
+void test("names a harness chose reach a span only as identifiers: no prose, no session token, no megabyte", async () => {
+  telemetry.reset();
+  const tracing = new OrchestratorTracing();
+  // A harness line may be a megabyte: a tool name, a call id or a permission id can be most of one.
+  const huge = `x${"y".repeat(1024 * 1024)}`;
+  const token = "oz0st_c2Vzc2lvbi10b2tlbi1vZi10aGUtam9i";
+  const runner = fakeRunner({
+    ses_names: [
+      event({ case: "started", value: { harnessName: `fake ${MARKER}` } }),
+      event({ case: "toolCall", value: { callId: huge, tool: huge, input: {} } }),
+      event({ case: "toolCall", value: { callId: "call_2", tool: token, input: {} } }),
+      event({ case: "toolCall", value: { callId: "call_3", tool: `read the file ${MARKER}`, input: {} } }),
+      event({ case: "permissionRequest", value: { id: huge, callId: "call_2", tool: huge } }),
+      event({ case: "runtimeToolCall", value: { id: token, name: `summarise ${MARKER}`, input: {} } }),
+      event({ case: "toolCall", value: { callId: "call_4", tool: "read_file", input: {} } }),
+      { seq: 9, kind: "exited", exitCode: 0, signal: "", error: "" },
+    ],
+  });
+  const lifecycle = tracing.lifecycleSink(undefined);
+  lifecycle.publish("job.created", { jobId: "job_n", agentName: "coder", agentVersion: "1" });
+  const channel = tracing
+    .sessionRunner(runner)
+    .start({ request: request("ses_names", "job_n"), command: [], pluginDir: "", attachments: [] });
+  for await (const message of channel) void message;
+  lifecycle.publish("job.completed", { jobId: "job_n", status: "succeeded" });
+
+  const spans = telemetry.spans();
+  for (const span of spans) {
+    const text = `${span.name} ${JSON.stringify(span.attributes)}`;
+    assert.ok(text.length < 4096, `${span.name.slice(0, 40)}… is ${text.length} characters`);
+    assert.ok(!text.includes(MARKER), `${span.name} carries content: ${text}`);
+    assert.ok(!/oz0st_/i.test(text), `${span.name} carries a session token: ${text}`);
+  }
+  // The spans are still there, with the names that are names.
+  assert.equal(spans.filter((s) => s.name === "execute_tool").length, 4, spans.map((s) => s.name).join(", "));
+  assert.equal(byName("execute_tool read_file").attributes["gen_ai.tool.name"], "read_file");
+  assert.equal(byName("permission").attributes["oz0.permission.id"], undefined);
+});
