@@ -66,13 +66,29 @@ function parseServerAttributes(upstream: string): Record<string, string | number
   }
 }
 
+/** A model's name as providers write them (`claude-sonnet-4-5-20250929`, `gpt-4o`, `meta-llama/llama-3-70b`). */
+const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:@+/-]{0,127}$/;
+/** The proxy's session tokens fit a model name, and a session can read its own. */
+const SESSION_TOKEN = /oz0st_/i;
+
+/**
+ * The model as it may go on a span or a metric, or undefined. The model is the session's word, forwarded as
+ * written (a price table's family key prices any name it starts): held whole, a request of megabytes made a
+ * span of megabytes (and a batch export the collector refuses, with every other call's spans in it), prose or
+ * the session's own token reached the collector, and each new name was one more series of the client metrics,
+ * kept for the process's life.
+ */
+function modelForSpan(model: string | undefined): string | undefined {
+  return model !== undefined && MODEL_NAME.test(model) && !SESSION_TOKEN.test(model) ? model : undefined;
+}
+
 /** The chat span's attributes at its start; no spreads (on Node 20 each cost about a microsecond a call). */
-function spanAttributes(call: TracedModelCall): Record<string, string | number> {
+function spanAttributes(call: TracedModelCall, model: string | undefined): Record<string, string | number> {
   const attributes: Record<string, string | number> = {
     [GenAi.operationName]: call.operation,
     [GenAi.providerName]: call.provider,
   };
-  if (call.model) attributes[GenAi.requestModel] = call.model;
+  if (model) attributes[GenAi.requestModel] = model;
   return Object.assign(attributes, serverAttributes(call.upstream));
 }
 
@@ -121,11 +137,12 @@ function parentOf(call: TracedModelCall): { parent: Context; foreign: boolean } 
 export async function traceModelCall(call: TracedModelCall, run: () => Promise<void>): Promise<void> {
   if (!tracing()) return run();
   const { parent, foreign } = parentOf(call);
+  const model = modelForSpan(call.model);
   const span = tracer.startSpan(
-    call.model ? `${call.operation} ${call.model}` : call.operation,
+    model ? `${call.operation} ${model}` : call.operation,
     {
       kind: SpanKind.CLIENT,
-      attributes: spanAttributes(call),
+      attributes: spanAttributes(call, model),
     },
     parent,
   );
@@ -147,11 +164,12 @@ export async function traceModelCall(call: TracedModelCall, run: () => Promise<v
 
 /** Puts a finished call's usage on the active chat span and into the GenAI client metrics. */
 export function recordCall(record: CallRecord): void {
-  const metricAttributes = {
+  const model = modelForSpan(record.model);
+  const metricAttributes: Record<string, string> = {
     [GenAi.operationName]: "chat",
     [GenAi.providerName]: record.provider,
-    [GenAi.requestModel]: record.model,
   };
+  if (model) metricAttributes[GenAi.requestModel] = model;
   const metrics = genAiClientMetrics();
   // Object.assign, not spreads: every call records these, and on Node 20 a spread copy that
   // gains a field costs about a microsecond.
@@ -165,8 +183,8 @@ export function recordCall(record: CallRecord): void {
     metrics.tokenUsage.record(record.usage.output, Object.assign({ [GenAi.tokenType]: "output" }, metricAttributes));
   const span = trace.getActiveSpan();
   if (!span?.isRecording()) return;
+  if (model) span.setAttribute(GenAi.requestModel, model);
   span.setAttributes({
-    [GenAi.requestModel]: record.model,
     [GenAi.inputTokens]: record.usage.input,
     [GenAi.outputTokens]: record.usage.output,
     [GenAi.cacheReadInputTokens]: record.usage.cacheRead,
@@ -201,7 +219,7 @@ export function recordAnswer(answer: {
   span.setAttributes({
     ...(answer.finishReason !== undefined ? { [GenAi.responseFinishReasons]: [answer.finishReason] } : {}),
     ...(answer.id !== undefined ? { [GenAi.responseId]: answer.id } : {}),
-    ...(answer.model !== undefined ? { [GenAi.responseModel]: answer.model } : {}),
+    ...(modelForSpan(answer.model) !== undefined ? { [GenAi.responseModel]: answer.model } : {}),
   });
 }
 
@@ -209,12 +227,13 @@ export function recordAnswer(answer: {
 export function recordAttempt(record: AttemptRecord): void {
   if (!recording()) return;
   const start = record.startedAt.getTime();
+  const model = modelForSpan(record.model);
   const span: Span = tracer.startSpan(`attempt ${record.attempt}`, {
     kind: SpanKind.CLIENT,
     startTime: start,
     attributes: {
       [GenAi.providerName]: record.provider,
-      [GenAi.requestModel]: record.model,
+      ...(model ? { [GenAi.requestModel]: model } : {}),
       "oz0.llm.attempt": record.attempt,
       "oz0.llm.outcome": record.outcome,
       "http.response.status_code": record.status,

@@ -170,6 +170,33 @@ void describe("tracing in the proxy", () => {
     assert.equal(chat.attributes["oz0.llm.foreign_traceparent"], true);
   });
 
+  // The model is the session's word, forwarded as written: a call's span took it whole into its name.
+  void it("names a chat span by a model only when it is a model name: no prose, no session token, no megabyte", async () => {
+    const endpoint = await answering.session({ traceparent: SESSION_TRACE });
+    const before = telemetry.spans().length;
+    const models = [`claude-${"z".repeat(256 * 1024)}`, `claude says ${MARKER}`, `claude-oz0st_${"a".repeat(40)}`];
+    for (const model of models) {
+      const response = await post(
+        `${endpoint.anthropicBaseUrl}/v1/messages`,
+        { model, max_tokens: 50, messages: [{ role: "user", content: "hi" }] },
+        { ...endpoint.headers, "x-api-key": endpoint.token },
+      );
+      assert.equal(response.status, 200, response.text);
+    }
+    const spans = telemetry.spans().slice(before);
+    assert.equal(
+      spans.filter((s) => s.name === "chat").length,
+      models.length,
+      spans.map((s) => s.name.slice(0, 40)).join(),
+    );
+    for (const span of spans) {
+      const text = `${span.name} ${JSON.stringify(span.attributes)}`;
+      assert.ok(text.length < 4096, `${span.name.slice(0, 40)}… is ${text.length} characters`);
+      assert.ok(!text.includes(MARKER), `${span.name} carries content: ${text}`);
+      assert.ok(!/oz0st_/i.test(text), `${span.name} carries a session token: ${text}`);
+    }
+  });
+
   void it("puts the answer's id and model, its finish reason and server.address on the chat span, streamed or not; an error span says its outcome", async (t) => {
     const fx = await startFixture({
       turns: [
