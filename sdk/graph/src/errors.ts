@@ -17,7 +17,8 @@ export type GraphErrorCode =
   | "RUN_FINISHED"
   | "DEFINITION_MISMATCH"
   | "BRANCH_CANCELLED"
-  | "MANAGER_FAILED";
+  | "MANAGER_FAILED"
+  | "BAG_NOT_JSON";
 
 /** An error raised by the graph SDK or engine; `code` is stable, `message` says what to do. */
 export class GraphError extends Error {

@@ -32,6 +32,7 @@ import type { GraphExecutor } from "./graph-executor.js";
 import type { ControlEvent, GraphManager, ManagerDecision } from "./graph-manager.js";
 import { HarnessContext, maskKeys, type BagDelta, type RedactFn } from "./harness-context.js";
 import { assertValidDefinition, type ValidateOptions } from "./validate-definition.js";
+import { JSON_DATA_HINT, notJsonBag } from "./json-data.js";
 
 /** The longest final text still read as a choice label. */
 export const MAX_LABEL_LENGTH = 64;
@@ -193,6 +194,12 @@ export class GraphRunner {
   public async start(options: StartOptions): Promise<RunHandle> {
     const runId = options.runId ?? randomUUID();
     const input = { ...options.input, prompt: options.prompt };
+    const notJson = notJsonBag(input);
+    if (notJson)
+      throw new GraphError(
+        "BAG_NOT_JSON",
+        `the run's input holds a value JSON cannot keep: ${notJson}; ${JSON_DATA_HINT}`,
+      );
     await this.#store.createRun({
       runId,
       graph: this.definition.name,
@@ -599,6 +606,10 @@ class RunExecution {
         await g.work(overlay, attempt);
         const delta = overlay.writes();
         g.finish?.(delta);
+        // Checked before it is recorded: the record is JSON, and a resumed run must read back what this run saw.
+        const notJson = notJsonBag(delta);
+        if (notJson)
+          throw new GraphError("BAG_NOT_JSON", `it set a value JSON cannot keep: ${notJson}; ${JSON_DATA_HINT}`);
         const stored = await this.#record(g, "ok", delta);
         span?.end();
         return stored;

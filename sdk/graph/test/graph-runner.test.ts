@@ -686,3 +686,61 @@ void test("every step attempt gets a span carrying node id, path and iteration; 
   );
   assert.ok(spans.every((s) => s.attributes["oz0.run_id"] === "span-run"));
 });
+
+void test("a step that sets what JSON cannot keep fails, naming the key, before anything is recorded", async () => {
+  const cyclic: Record<string, unknown> = { name: "loop" };
+  cyclic.self = cyclic;
+  const cases: [unknown, RegExp][] = [
+    // Read back after a resume as a string: a later step's `when.getTime()` worked only in the first run.
+    [new Date(0), /"v" is a Date/],
+    [{ score: Number.NaN }, /"v"\."score" is NaN/],
+    [[1, 2n], /"v"\[1\] is a bigint/],
+    [new Map([["a", 1]]), /"v" is a Map/],
+    [cyclic, /"v"\."self" refers back to a value that holds it/],
+    [{ nested: { gone: undefined } }, /"v"\."nested"\."gone" is undefined/],
+  ];
+  for (const [value, named] of cases) {
+    const store = new InMemoryCheckpointStore();
+    const stamp = new FnStep("stamp", (ctx) => ctx.set("v", value));
+    let nextRan = false;
+    const next = new FnStep("next", () => {
+      nextRan = true;
+    });
+    const h = new Harness("json-bag");
+    h.next(stamp).next(next);
+    const runner = new GraphRunner({
+      definition: h.toDefinition(),
+      executor: new InProcessExecutor({ steps: [stamp, next] }),
+      store,
+    });
+    const result = await runner.run({ prompt: "p", runId: "r-json" });
+    assert.equal(result.status, "failed", String(named));
+    assert.match(result.error?.message ?? "", named);
+    assert.match(result.error?.message ?? "", /step step:stamp at \/0 failed: .*bag values must be JSON data/);
+    assert.equal(nextRan, false);
+    assert.deepEqual(await store.loadSteps("r-json"), [], "nothing recorded");
+  }
+  // JSON data of every kind passes, as does a value shared by two keys (JSON copies it).
+  const shared = { a: [1, "two", true, null, { b: -0.5 }] };
+  const ok = new FnStep("ok", (ctx) => {
+    ctx.set("x", shared);
+    ctx.set("y", shared);
+    ctx.set("z", Object.assign(Object.create(null) as object, { c: 1 }));
+  });
+  const h = new Harness("json-ok");
+  h.next(ok);
+  const fine = await new GraphRunner({
+    definition: h.toDefinition(),
+    executor: new InProcessExecutor({ steps: [ok] }),
+  }).run({
+    prompt: "p",
+  });
+  assert.equal(fine.status, "succeeded", fine.error?.message);
+  await assert.rejects(
+    new GraphRunner({ definition: h.toDefinition(), executor: new InProcessExecutor({ steps: [ok] }) }).run({
+      prompt: "p",
+      input: { since: new Date(0) },
+    }),
+    /the run's input holds a value JSON cannot keep: "since" is a Date/,
+  );
+});
