@@ -228,3 +228,41 @@ void test("an invalid graph refuses the whole plugin, naming the unknown agent a
   assert.match(refused.stderr, /LOOP_MISSING_UNTIL/);
   assert.doesNotMatch((await t.cli(["plugin", "list"])).stdout, /bad-graphs/);
 });
+
+void test("an agent named like an installed graph is refused: agents and graphs share one name space", async (ctx) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-shadowed-agent-"));
+  ctx.after(() => rmSync(dir, { recursive: true, force: true }));
+  for (const d of ["agents", "prompts"]) mkdirSync(path.join(dir, d));
+  writeFileSync(
+    path.join(dir, "oz0-plugin.yaml"),
+    [
+      "name: inbox-agent",
+      "version: 0.1.0",
+      "harnesses:",
+      "  - name: fake",
+      '    command: ["oz0-fake-harness"]',
+      "    tools: [read_file]",
+      "agents: [agents/inbox.yaml]",
+      "",
+    ].join("\n"),
+  );
+  writeFileSync(path.join(dir, "prompts", "inbox.md"), "You read the inbox.\n");
+  writeFileSync(
+    path.join(dir, "agents", "inbox.yaml"),
+    [
+      "name: inbox",
+      "description: An agent named like the example plugin's inbox graph.",
+      "runtime: harness:fake",
+      "model: { primary: anthropic/claude-sonnet-5-5 }",
+      "instructions: prompts/inbox.md",
+      "harness:",
+      "  tools: [read_file]",
+      "",
+    ].join("\n"),
+  );
+  // The graph was installed first (before()): `oz0 run inbox` runs it, so an agent of that name could never run.
+  const refused = await t.cli(["plugin", "install", dir]);
+  assert.equal(refused.code, 1, refused.stdout);
+  assert.match(refused.stderr, /agents\/inbox\.yaml: field \/name: "inbox" is already a graph/);
+  assert.doesNotMatch((await t.cli(["plugin", "list"])).stdout, /inbox-agent/);
+});

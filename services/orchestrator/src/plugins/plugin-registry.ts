@@ -335,6 +335,15 @@ export class PluginRegistry {
         checkToolPolicy({ definition: agent.definition, harness: harness.manifest, file: agent.file });
         resolved.push({ agent, harness });
       }
+      // Agents and graphs share one name space, and RunAgent runs the graph of a name first: an agent named
+      // like an installed graph was published but never ran (`oz0 run NAME` ran the graph). The graph's side
+      // of the rule is in GraphRegistry.prepare.
+      for (const { agent } of resolved) {
+        if (await this.#graphs?.findVersion(agent.definition.name))
+          throw invalidArgument(
+            `${agent.file}: field /name: "${agent.definition.name}" is already a graph; agents and graphs share one name space, so rename the agent`,
+          );
+      }
       // Graphs are validated against this plugin's agents and the installed ones, before anything is registered.
       if ((manifest.graphs ?? []).length > 0 && !this.#graphs)
         throw invalidArgument(`${MANIFEST_FILE}: field /graphs: this orchestrator runs no graphs`);
