@@ -210,9 +210,9 @@ function spanContextOf(traceparent: string | undefined): SpanContext | undefined
 export class OrchestratorTracing {
   readonly #jobs = new Map<string, JobTrace>();
   readonly #sessions = new Map<string, SessionTrace>();
-  /** Open graph.step spans by `runId|stepPath`, and their span ids. */
+  /** Open graph.step spans by `runId|stepPath`, and their span ids with the run (the graph job) of each. */
   readonly #graphSteps = new Map<string, Context>();
-  readonly #graphStepSpans = new Set<string>();
+  readonly #graphStepSpans = new Map<string, string>();
   /** Sessions of jobs resumed here, by session id, until re-attached: their session span starts then. */
   readonly #resumedSessions = new Map<string, string>();
   /** The job context each live session token was minted in (by token id), for its revoke. */
@@ -394,7 +394,7 @@ export class OrchestratorTracing {
         const span = tracer.startSpan(name, { attributes: options?.attributes ?? {} }, parent);
         const key = `${String(options?.attributes?.["oz0.run_id"] ?? jobId)}|${String(options?.attributes?.["oz0.step_path"] ?? "")}`;
         this.#graphSteps.set(key, trace.setSpan(parent, span));
-        this.#graphStepSpans.add(span.spanContext().spanId);
+        this.#graphStepSpans.set(span.spanContext().spanId, jobId);
         return {
           setStatus: (status: { code: number }) =>
             // The step's own message may quote content: a fixed one says what happened.
@@ -414,11 +414,12 @@ export class OrchestratorTracing {
   }
 
   /**
-   * Runs `work` (starting a graph step's agent job) with the step's span
-   * active, so the step's job is an `invoke_agent` child of its `graph.step`
-   * instead of the root of a trace of its own.
+   * Runs `work` (starting a graph step's agent job, or a custom step's
+   * session) with the step's span active, so the step's job is an
+   * `invoke_agent` child of its `graph.step` instead of the root of a trace
+   * of its own, and a custom step's session is a child of its step.
    */
-  inGraphStep<T>(step: { runId: string; path: string }, work: () => Promise<T>): Promise<T> {
+  inGraphStep<T>(step: { runId: string; path: string }, work: () => T): T {
     const ctx = this.#graphSteps.get(`${step.runId}|${step.path}`);
     return ctx ? context.with(ctx, work) : work();
   }
@@ -427,10 +428,16 @@ export class OrchestratorTracing {
     const request = options.request;
     const job = this.#jobs.get(request.jobId);
     const parentSession = options.shareWorkingDirOf ? this.#sessions.get(options.shareWorkingDirOf) : undefined;
+    // A graph's custom step runs as a session of the graph job, started inside its step's span (inGraphStep).
+    // Only a step of this session's own job: an agent step's job starts its sessions in that context too.
+    const active = trace.getSpanContext(context.active());
+    const graphStep =
+      active && this.#graphStepSpans.get(active.spanId) === request.jobId ? context.active() : undefined;
     // A harness operation's scratch session nests below the runtime tool call that asked for it.
     const parent =
       (parentSession && [...parentSession.runtimeCalls.values()].at(-1)?.ctx) ??
       parentSession?.ctx ??
+      graphStep ??
       job?.ctx ??
       ROOT_CONTEXT;
     const session = this.#openSession(

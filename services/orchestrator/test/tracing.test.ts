@@ -448,3 +448,55 @@ void test("names a harness chose reach a span only as identifiers: no prose, no 
   assert.equal(byName("execute_tool read_file").attributes["gen_ai.tool.name"], "read_file");
   assert.equal(byName("permission").attributes["oz0.permission.id"], undefined);
 });
+
+void test("a custom step's session nests below its graph.step; an agent step's session stays below its own job", async () => {
+  telemetry.reset();
+  const tracing = new OrchestratorTracing();
+  const lifecycle = tracing.lifecycleSink(undefined);
+  const runner = tracing.sessionRunner(
+    fakeRunner({
+      ses_custom: [{ seq: 1, kind: "exited", exitCode: 0, signal: "", error: "" }],
+      ses_agent: [{ seq: 1, kind: "exited", exitCode: 0, signal: "", error: "" }],
+    }),
+  );
+  lifecycle.publish("graph.run_started", {
+    jobId: "job_g2",
+    attributes: { graph_name: "support", graph_version: "1" },
+  });
+  const steps = tracing.graphTracer("job_g2");
+  const parse = steps.startSpan("graph.step step:parse-email", {
+    attributes: { "oz0.run_id": "job_g2", "oz0.step_path": "/0", "oz0.node_id": "step:parse-email" },
+  });
+  // graph-executor.ts starts a custom step's session, a session of the graph job, inside its step.
+  const custom = tracing.inGraphStep({ runId: "job_g2", path: "/0" }, () =>
+    runner.start({ request: request("ses_custom", "job_g2"), command: [], pluginDir: "", attachments: [] }),
+  );
+  for await (const message of custom) void message;
+  parse.end();
+  const triage = steps.startSpan("graph.step agent:email-triage", {
+    attributes: { "oz0.run_id": "job_g2", "oz0.step_path": "/1", "oz0.node_id": "agent:email-triage" },
+  });
+  // An agent step's job is created in its step's span, and the job runner starts its session in that context too.
+  const agentSession = tracing.inGraphStep({ runId: "job_g2", path: "/1" }, () => {
+    lifecycle.publish("job.created", { jobId: "job_s2", agentName: "email-triage", agentVersion: "1" });
+    return runner.start({ request: request("ses_agent", "job_s2"), command: [], pluginDir: "", attachments: [] });
+  });
+  for await (const message of agentSession) void message;
+  lifecycle.publish("job.completed", { jobId: "job_s2", status: "succeeded" });
+  triage.end();
+  lifecycle.publish("graph.run_completed", { jobId: "job_g2" });
+
+  const sessionOf = (id: string) =>
+    telemetry.spans().find((s) => s.name.startsWith("session") && s.attributes["gen_ai.conversation.id"] === id)!;
+  const parseSpan = byName("graph.step step:parse-email");
+  assert.equal(
+    sessionOf("ses_custom").parentSpanContext?.spanId,
+    parseSpan.spanContext().spanId,
+    "before, the custom step's session hung from the graph run, beside every other step's",
+  );
+  assert.equal(
+    sessionOf("ses_agent").parentSpanContext?.spanId,
+    byName("invoke_agent email-triage").spanContext().spanId,
+  );
+  assert.equal(sessionOf("ses_custom").spanContext().traceId, parseSpan.spanContext().traceId);
+});

@@ -343,7 +343,11 @@ export class SessionGraphExecutor implements GraphExecutor {
       if (!(error instanceof SessionNotFoundError)) throw error;
       reattached = false;
       o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
-      messages = await this.#drain(sandbox.start(start), request.signal, sandbox, sessionId);
+      // Inside the step's span, so the session (and the step runner's own spans) nest below the step.
+      const channel = orchestratorTracing.inGraphStep({ runId: request.runId, path: request.path }, () =>
+        sandbox.start(start),
+      );
+      messages = await this.#drain(channel, request.signal, sandbox, sessionId);
     }
     if (reattached) o.onStepWork?.({ path: request.path, stepId: request.stepId, sessionId, reattached });
     session.ended = messages.some((m) => m.kind === "exited");
