@@ -213,6 +213,8 @@ export class OrchestratorTracing {
   /** Open graph.step spans by `runId|stepPath`, and their span ids with the run (the graph job) of each. */
   readonly #graphSteps = new Map<string, Context>();
   readonly #graphStepSpans = new Map<string, string>();
+  /** Root span ids of graph runs work was started in (inGraphRun): a job created there joins the run's trace. */
+  readonly #graphRunSpans = new Set<string>();
   /** Sessions of jobs resumed here, by session id, until re-attached: their session span starts then. */
   readonly #resumedSessions = new Map<string, string>();
   /** The job context each live session token was minted in (by token id), for its revoke. */
@@ -422,6 +424,19 @@ export class OrchestratorTracing {
   inGraphStep<T>(step: { runId: string; path: string }, work: () => T): T {
     const ctx = this.#graphSteps.get(`${step.runId}|${step.path}`);
     return ctx ? context.with(ctx, work) : work();
+  }
+
+  /**
+   * Runs `work` (starting a graph manager's job) with the graph run's span
+   * active, so the job deciding the run's control event is an
+   * `invoke_agent` child of the run instead of the root of a trace of its
+   * own, linked to whichever RPC happened to start (or resume) the run.
+   */
+  inGraphRun<T>(runId: string, work: () => T): T {
+    const run = this.#jobs.get(runId);
+    if (!run) return work();
+    this.#graphRunSpans.add(run.span.spanContext().spanId);
+    return context.with(run.ctx, work);
   }
 
   #start(inner: SessionRunner, options: StartSessionOptions): SessionChannel {
@@ -644,9 +659,10 @@ export class OrchestratorTracing {
   #observeLifecycle(type: LifecycleType, init: LifecycleInit): void {
     if (type === "job.created") {
       // The job is the root of its own trace, the RPC that created it (if traced) linked;
-      // a graph step's agent job is a child of its graph.step span instead.
+      // a graph step's agent job is a child of its graph.step span instead, a graph manager's of its run.
       const caller = trace.getSpanContext(context.active());
-      const inGraphStep = caller !== undefined && this.#graphStepSpans.has(caller.spanId);
+      const inGraphStep =
+        caller !== undefined && (this.#graphStepSpans.has(caller.spanId) || this.#graphRunSpans.has(caller.spanId));
       const parent = inGraphStep ? context.active() : ROOT_CONTEXT;
       const span = tracer.startSpan(
         `invoke_agent ${init.agentName ?? ""}`.trim(),
@@ -716,6 +732,7 @@ export class OrchestratorTracing {
     const job = this.#jobs.get(init.jobId);
     if (!job) return;
     this.#jobs.delete(init.jobId);
+    this.#graphRunSpans.delete(job.span.spanContext().spanId);
     for (const [sessionId, jobId] of this.#resumedSessions)
       if (jobId === init.jobId) this.#resumedSessions.delete(sessionId);
     for (const [id, session] of this.#sessions)

@@ -500,3 +500,32 @@ void test("a custom step's session nests below its graph.step; an agent step's s
   );
   assert.equal(sessionOf("ses_custom").spanContext().traceId, parseSpan.spanContext().traceId);
 });
+
+void test("a graph manager's job is part of the graph run's trace, not a trace of the RPC that started the run", async () => {
+  telemetry.reset();
+  const tracing = new OrchestratorTracing();
+  const lifecycle = tracing.lifecycleSink(undefined);
+  // The run's engine works on in the context of the RunAgent call that started it.
+  await trace.getTracer("test").startActiveSpan("JobService/RunAgent", async (rpc) => {
+    lifecycle.publish("graph.run_started", { jobId: "job_g3", attributes: { graph_name: "managed" } });
+    rpc.end();
+    // A step failed: the manager's job is created (graph-manager-agent.ts) while the RPC's context is still active.
+    await tracing.inGraphRun("job_g3", async () => {
+      await Promise.resolve();
+      lifecycle.publish("job.created", { jobId: "job_boss", agentName: "boss", agentVersion: "1" });
+    });
+  });
+  lifecycle.publish("job.completed", { jobId: "job_boss", status: "succeeded" });
+  lifecycle.publish("graph.run_completed", { jobId: "job_g3" });
+  const run = byName("invoke_agent managed");
+  const boss = byName("invoke_agent boss");
+  assert.equal(boss.spanContext().traceId, run.spanContext().traceId, "one trace for the run and its decisions");
+  assert.equal(boss.parentSpanContext?.spanId, run.spanContext().spanId);
+  // A job created in the RPC's context alone keeps the old rule: a root of its own, linking the caller.
+  await trace.getTracer("test").startActiveSpan("JobService/RunAgent", async (rpc) => {
+    lifecycle.publish("job.created", { jobId: "job_plain", agentName: "plain", agentVersion: "1" });
+    rpc.end();
+  });
+  lifecycle.publish("job.completed", { jobId: "job_plain", status: "succeeded" });
+  assert.equal(byName("invoke_agent plain").parentSpanContext, undefined);
+});

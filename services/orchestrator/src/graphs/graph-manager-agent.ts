@@ -34,6 +34,7 @@ import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRunner } from "../jobs/job-runner.js";
 import { servedToolCalls, type ServedRuntimeTools } from "../jobs/served-tools.js";
 import type { JobStore } from "../store/job-store.js";
+import { orchestratorTracing } from "../tracing.js";
 
 export interface AgentGraphManagerOptions {
   store: JobStore;
@@ -204,14 +205,17 @@ export class AgentGraphManager implements GraphManager {
       key,
       runId: event.runId,
       recorded: key ? await o.graphStore.getStepJob(key) : undefined,
+      // In the run's span, so the decision is part of the graph run's trace (tracing.ts).
       create: (id) =>
-        o.jobs.runAgent({
-          agent: o.agent,
-          input: managerInput(event),
-          ...(o.version ? { version: o.version } : {}),
-          servedTools: GRAPH_MANAGER_TOOLS,
-          id,
-        }),
+        orchestratorTracing.inGraphRun(event.runId, () =>
+          o.jobs.runAgent({
+            agent: o.agent,
+            input: managerInput(event),
+            ...(o.version ? { version: o.version } : {}),
+            servedTools: GRAPH_MANAGER_TOOLS,
+            id,
+          }),
+        ),
     });
     // Shutting down (the event comes again when the run resumes), or halted (the new owner follows the job).
     if (!job) return never();
