@@ -180,10 +180,13 @@ function stepJobError(job: JobRecord): GraphError {
   );
 }
 
+/** Where an agent step's job for one attempt is recorded: the step's idempotency key, then `#attempt<n>` for retries. */
+function agentStepJobKey(request: { idempotencyKey: string; attempt: number }): string {
+  return request.attempt > 1 ? `${request.idempotencyKey}#attempt${request.attempt}` : request.idempotencyKey;
+}
+
 export class SessionGraphExecutor implements GraphExecutor {
   readonly #o: SessionGraphExecutorOptions;
-  /** Step jobs whose failure this executor reported: a retry of their step starts a new job. */
-  readonly #failed = new Set<string>();
   /** Per custom step (its idempotency key): how many of its sessions this executor saw fail. */
   readonly #customStepFailures = new Map<string, number>();
   readonly #sessions: SessionDriver;
@@ -219,16 +222,19 @@ export class SessionGraphExecutor implements GraphExecutor {
 
   async #runAgent(request: AgentRequest): Promise<{ text: string }> {
     const o = this.#o;
-    let jobId = await o.graphStore.getStepJob(request.idempotencyKey);
-    // A job this executor already reported as failed is an attempt the manager asked to retry: that needs a new job.
-    // (A job that failed while the orchestrator was down is still re-attached, so its failure is reported once.)
-    if (jobId && this.#failed.has(jobId)) jobId = undefined;
+    // Each attempt's job is recorded under a key of its own: a re-run of the same attempt (a restart, a takeover)
+    // follows its job, and an attempt the manager granted runs the agent again. One key for all attempts, with the
+    // jobs this executor saw fail set apart, re-read the first job whenever it had succeeded (a choice evaluator
+    // whose reply was no label read the same reply at every retry), and after a restart re-read the failure the
+    // granted retry was for. (A job that failed while the orchestrator was down is still re-attached, so its
+    // failure is reported once.)
+    const key = agentStepJobKey(request);
     const version = o.pinnedAgents[request.agent];
     const step = await recordedJob({
       ...o,
-      key: request.idempotencyKey,
+      key,
       runId: request.runId,
-      recorded: jobId,
+      recorded: await o.graphStore.getStepJob(key),
       // Inside the step's span, so the step's job joins the graph's trace.
       // A step's job is started by whoever started the graph: prevent_self_approval holds for steps too.
       create: async (id) => {
@@ -249,10 +255,7 @@ export class SessionGraphExecutor implements GraphExecutor {
     if (!step) return never();
     o.onStepWork?.({ path: request.path, stepId: request.stepId, jobId: step.jobId, reattached: step.reattached });
     const done = await this.#waitForJob(step.jobId, request.signal);
-    if (done.state !== "succeeded") {
-      this.#failed.add(done.id);
-      throw stepJobError(done);
-    }
+    if (done.state !== "succeeded") throw stepJobError(done);
     return { text: done.resultText };
   }
 
@@ -287,7 +290,7 @@ export class SessionGraphExecutor implements GraphExecutor {
     // of the session it started before, and finds it there. A step this executor saw fail is an
     // attempt the manager asked to retry: it needs a session of its own, as an agent step's retry
     // needs a job of its own, or it re-attached to the failed session and read its failure again
-    // for as long as the node kept it. Counted here, as #failed is: after a restart the attempts
+    // for as long as the node kept it. Counted here: after a restart the attempts
     // re-attach one by one, each failure reported once. Only a session that ended counts: one whose
     // stream broke may still run, and its retry follows it again rather than start a second copy.
     // A step this executor has not seen yet (a resumed run) starts from the engine's attempt: the attempts
