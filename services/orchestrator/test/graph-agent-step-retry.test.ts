@@ -4,11 +4,13 @@
 // of a step whose job succeeded but whose reply the step could not use (a
 // choice evaluator's sentence instead of a label) read the same reply again
 // until the manager's retries ran out; and after a restart, the retry the
-// manager had granted re-read the failed job it was granted for.
+// manager had granted re-read the failed job it was granted for. And a step
+// whose prompt no job takes says so in the graph's words.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { GraphRunner, type GraphDefinition, type GraphManager } from "@oz0/graph";
 import { SessionGraphExecutor } from "../src/graphs/graph-executor.js";
+import { checkJobInput } from "../src/jobs/job-input.js";
 import type { JobRecord } from "../src/store/job-store.js";
 
 /** The job machinery an agent step uses, in memory: each job ends at once with what `reply` says. */
@@ -28,7 +30,9 @@ function executorWith(
     store: { getJob: async (id: string) => jobs.get(id) },
     feed: { subscribe: () => () => undefined },
     jobs: {
-      runAgent: async (o: { id: string; agent: string }) => {
+      runAgent: async (o: { id: string; agent: string; input: string }) => {
+        // The job runner refuses an input it does not take, before it stores anything.
+        checkJobInput(o.input);
         const answer = reply(++started);
         const failed = answer === "failed";
         jobs.set(o.id, {
@@ -112,4 +116,30 @@ void test("after a restart, the retry the manager granted runs a job of its own,
     "written",
   );
   assert.equal(again.created.length, 0);
+});
+
+void test("an agent step whose prompt is too large for a job says so in the graph's words", async () => {
+  const { executor, created } = executorWith(new Map(), new Map(), () => "unused");
+  // A coder's 3 MB reply is the next step's `Previous output`.
+  const prompt = `fix the test\n\nPrevious output:\n${"x".repeat(3 * 1024 * 1024)}`;
+  await assert.rejects(
+    executor.runAgent({
+      agent: "reviewer",
+      prompt,
+      runId: "graph_1",
+      stepId: "agent:reviewer",
+      path: "/0/1/until/0",
+      iteration: 1,
+      idempotencyKey: "graph_1/0/1/until/0",
+      attempt: 1,
+      signal: new AbortController().signal,
+    }),
+    (error: Error) => {
+      assert.match(error.message, /agent step agent:reviewer at \/0\/1\/until\/0: its prompt .* is 3145759 bytes/);
+      assert.match(error.message, /have the step before it write less to output/);
+      assert.doesNotMatch(error.message, /--attach/);
+      return true;
+    },
+  );
+  assert.equal(created.length, 0);
 });

@@ -35,6 +35,7 @@ import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRunner } from "../jobs/job-runner.js";
 import { isTerminal, type JobRecord, type JobStore } from "../store/job-store.js";
 import { newJobId } from "../store/ids.js";
+import { MAX_JOB_INPUT_BYTES } from "../jobs/job-input.js";
 import { OrchestratorError } from "../orchestrator-error.js";
 import {
   SessionNotFoundError,
@@ -180,6 +181,20 @@ function stepJobError(job: JobRecord): GraphError {
   );
 }
 
+/**
+ * An agent step's prompt is the run's prompt with the bag's `output` and `feedback` after it, and it becomes its
+ * job's input, which the job runner takes up to MAX_JOB_INPUT_BYTES. Past that the step failed with the job
+ * runner's words for a person at the command line ("pass it with --attach"), which a graph cannot do.
+ */
+function checkStepPrompt(request: AgentRequest): void {
+  const bytes = Buffer.byteLength(request.prompt);
+  if (bytes <= MAX_JOB_INPUT_BYTES) return;
+  throw new GraphError(
+    "STEP_FAILED",
+    `agent step ${request.stepId} at ${request.path}: its prompt (the run's prompt, then the bag's output and feedback) is ${bytes} bytes, and an agent's job takes at most ${MAX_JOB_INPUT_BYTES} (2 MiB); have the step before it write less to output (a summary, or a file in an artifact), or start the run with a shorter prompt`,
+  );
+}
+
 /** Where an agent step's job for one attempt is recorded: the step's idempotency key, then `#attempt<n>` for retries. */
 function agentStepJobKey(request: { idempotencyKey: string; attempt: number }): string {
   return request.attempt > 1 ? `${request.idempotencyKey}#attempt${request.attempt}` : request.idempotencyKey;
@@ -229,6 +244,7 @@ export class SessionGraphExecutor implements GraphExecutor {
     // granted retry was for. (A job that failed while the orchestrator was down is still re-attached, so its
     // failure is reported once.)
     const key = agentStepJobKey(request);
+    checkStepPrompt(request);
     const version = o.pinnedAgents[request.agent];
     const step = await recordedJob({
       ...o,
