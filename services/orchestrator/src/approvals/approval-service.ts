@@ -607,8 +607,7 @@ export async function againIfAnsweredMeanwhile<T>(write: () => Promise<T>): Prom
 function answeredBefore(p: PermissionRecord, options: AnswerOptions): PermissionRecord {
   const sameDecision = (p.status === "approved" && options.allow) || (p.status === "denied" && !options.allow);
   const editedByAnother = p.inputChangedBy === `person ${p.answeredBy}` && p.answeredBy !== options.answeredBy.id;
-  const sameInput =
-    options.input === undefined ? !editedByAnother : isDeepStrictEqual(options.input, p.answerInput);
+  const sameInput = options.input === undefined ? !editedByAnother : isDeepStrictEqual(options.input, p.answerInput);
   if (sameDecision && sameInput) return p;
   if (p.status === "cancelled" || p.status === "timed_out") {
     throw failedPrecondition(
