@@ -80,7 +80,7 @@ export class LifecycleOutbox implements LifecycleSink {
     this.#o = options;
     this.#batch = options.batch ?? 500;
     this.#sender = createPublishSender(createClient(EventsService, eventsTransport(options.url, options.token)));
-    this.#poll = setInterval(() => this.committed(), options.pollMs ?? 1_000);
+    this.#poll = setInterval(() => this.#looked(), options.pollMs ?? 1_000);
     this.#poll.unref();
   }
 
@@ -124,6 +124,20 @@ export class LifecycleOutbox implements LifecycleSink {
       if (!this.#closed) this.#startShipping();
     }, lingerMs);
     this.#lingering.unref();
+  }
+
+  /**
+   * The poll's round ships at once: the linger is for commits arriving together, and a poll has none to wait
+   * for (issue 24: through the linger each poll woke the process twice, a second a time while idle). A nudge's
+   * linger running, or a round, covers it.
+   */
+  #looked(): void {
+    if (this.#closed || this.#lingering) return;
+    if (this.#shipping) {
+      this.#again = true;
+      return;
+    }
+    this.#startShipping();
   }
 
   #startShipping(): void {
