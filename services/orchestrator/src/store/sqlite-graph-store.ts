@@ -21,7 +21,9 @@ export class SqliteGraphStore extends SqlGraphStore {
   /** Opens <home>/graphs.db; `close()` closes it (once every store of this process on it closed). */
   static open(home: string): SqliteGraphStore {
     const file = path.join(home, "graphs.db");
-    return new SqliteGraphStore(openSqlite({ file, synchronous: "FULL", migrate: (h) => migrateSqlite(h, "graphs") }));
+    return new SqliteGraphStore(
+      openSqlite({ file, synchronous: "FULL", checkpointEveryMs: 5_000, migrate: (h) => migrateSqlite(h, "graphs") }),
+    );
   }
 
   async close(): Promise<void> {
