@@ -173,6 +173,33 @@ export function waitForTerminalJob(options: JobWait): Promise<JobRecord> {
   });
 }
 
+/**
+ * {@link waitForTerminalJob}, cancelling the job with `reason` once `signal` aborts (now or while it waits): a step
+ * or a decision the run no longer waits for must not run on, spending model calls or waiting for a person.
+ */
+export async function waitForJobOrCancel(
+  deps: Omit<JobWait, "jobId"> & { jobs: Pick<JobRunner, "cancel"> },
+  wait: { jobId: string; signal: AbortSignal | undefined; reason: string },
+): Promise<JobRecord> {
+  const { jobId, signal, reason } = wait;
+  const onAbort = (): void => {
+    void deps.jobs.cancel({ jobId, reason }).catch(() => undefined);
+  };
+  signal?.addEventListener("abort", onAbort, { once: true });
+  if (signal?.aborted) onAbort();
+  try {
+    return await waitForTerminalJob({
+      store: deps.store,
+      feed: deps.feed,
+      jobId,
+      ...(deps.halt ? { halt: deps.halt } : {}),
+      ...(deps.pollMs ? { pollMs: deps.pollMs } : {}),
+    });
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+}
+
 /** A step's job that did not succeed: the step fails with the job's reason. */
 function stepJobError(job: JobRecord): GraphError {
   return new GraphError(
@@ -277,23 +304,8 @@ export class SessionGraphExecutor implements GraphExecutor {
 
   /** Resolves with the job once it is terminal; cancels it when the step's signal aborts. */
   async #waitForJob(jobId: string, signal: AbortSignal): Promise<JobRecord> {
-    const o = this.#o;
-    const onAbort = (): void => {
-      // The run was cancelled or a sibling branch failed: stop this step's session too.
-      void o.jobs.cancel({ jobId, reason: "the graph run stopped this step" }).catch(() => undefined);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    try {
-      return await waitForTerminalJob({
-        store: o.store,
-        feed: o.feed,
-        jobId,
-        ...(o.halt ? { halt: o.halt } : {}),
-        ...(o.pollMs ? { pollMs: o.pollMs } : {}),
-      });
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-    }
+    // The run was cancelled or a sibling branch failed: stop this step's session too.
+    return waitForJobOrCancel(this.#o, { jobId, signal, reason: "the graph run stopped this step" });
   }
 
   async #runCustomStep(request: CustomStepRequest): Promise<CustomStepResult> {

@@ -28,7 +28,7 @@ import {
   type GraphManager,
   type ManagerDecision,
 } from "@oz0/graph";
-import { never, recordedJob, waitForTerminalJob } from "./graph-executor.js";
+import { never, recordedJob, waitForJobOrCancel } from "./graph-executor.js";
 import type { GraphStore } from "../store/graph-store.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import type { JobRunner } from "../jobs/job-runner.js";
@@ -224,24 +224,7 @@ export class AgentGraphManager implements GraphManager {
     // The run was cancelled (or a sibling branch failed) while the manager decides: its job stops too, as a
     // step's does. Left running, it spent model calls on a decision nobody reads, and one waiting for a
     // person's approval kept a job open for as long as nobody answered.
-    const onAbort = (): void => {
-      void o.jobs.cancel({ jobId, reason: "the graph run no longer needs this decision" }).catch(() => undefined);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-    // Aborted while the job was being created: no event comes any more.
-    if (signal?.aborted) onAbort();
-    let done;
-    try {
-      done = await waitForTerminalJob({
-        store: o.store,
-        feed: o.feed,
-        jobId,
-        ...(o.halt ? { halt: o.halt } : {}),
-        ...(o.pollMs ? { pollMs: o.pollMs } : {}),
-      });
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-    }
+    const done = await waitForJobOrCancel(o, { jobId, signal, reason: "the graph run no longer needs this decision" });
     const calls = await servedToolCalls(o.store, done.id);
     const accepted = calls.find((c) => !c.error);
     if (accepted) return decisionFromToolCall(accepted.tool, accepted.input ?? {});
