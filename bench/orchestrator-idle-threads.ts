@@ -22,6 +22,14 @@ const options = benchOptions({
   "settle-ms": { type: "number", default: 15000 },
 });
 
+/** The 1, 5 and 15 minute load averages, as the other benches print them. */
+function loadAverage(): string {
+  return os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+}
+
 interface ThreadReading {
   name: string;
   wakeups: number;
@@ -61,14 +69,12 @@ const stack = await startEmbeddedStack({ home, env: {} }).finally(() => (process
 try {
   const pid = stack.processes.find((p) => p.name === "orchestrator")!.pid;
   await new Promise((resolve) => setTimeout(resolve, options["settle-ms"]));
+  const loadBefore = loadAverage();
   const before = readThreads(pid);
   await new Promise((resolve) => setTimeout(resolve, options.seconds * 1000));
   const after = readThreads(pid);
   console.log(
-    `orchestrator-idle-threads: node ${process.version}, load average ${os
-      .loadavg()
-      .map((l) => l.toFixed(2))
-      .join(" ")}, ${options.seconds} s idle${dist ? `, ${dist}` : ""}`,
+    `orchestrator-idle-threads: node ${process.version}, ${os.availableParallelism()} cores, load average before ${loadBefore}, after ${loadAverage()}, ${options.seconds} s idle${dist ? `, ${dist}` : ""}`,
   );
   let wakeups = 0;
   let cpuMs = 0;
