@@ -21,7 +21,7 @@
 // the samples taken while its jobs ran, and those samples as a .cpuprofile
 // beside the whole one (start-up and shutdown cut off), which a flame graph
 // opens (Chrome DevTools' Performance panel, speedscope.app).
-//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--warmup-jobs 300] [--harness-runs 5] [--idle-ms 3000] [--profile-jobs 30] [--profile-dir DIR] [--data-root DIR] [--kafka]
+//   node --import tsx bench/control-plane-cost.ts [--jobs 20] [--inflight 4] [--rounds 3] [--warmup-jobs 300] [--harness-runs 5] [--idle-ms 10000] [--idle-settle-ms 2000] [--profile-jobs 30] [--profile-dir DIR] [--data-root DIR] [--kafka]
 // --warmup-jobs: jobs each stack runs before it is measured or profiled. A
 // service's first few hundred jobs cost it about twice what later ones do (V8
 // compiles its hot code as it goes), so the rounds measure services that run
@@ -94,7 +94,8 @@ const options = benchOptions({
   rounds: { type: "number", default: 3 },
   "warmup-jobs": { type: "number", default: 300 },
   "harness-runs": { type: "number", default: 5 },
-  "idle-ms": { type: "number", default: 3000 },
+  "idle-ms": { type: "number", default: 10000 },
+  "idle-settle-ms": { type: "number", default: 2000 },
   "profile-jobs": { type: "number", default: 30 },
   "profile-dir": { type: "string" },
   "data-root": { type: "string" },
@@ -475,7 +476,10 @@ try {
         `warm-up: ${options["warmup-jobs"]} jobs, not in the rounds; CPU per job while warming ${ms(total(warmup.perJob))} ms (${SERVICES.map((n) => `${n} ${ms(warmup.perJob[n])}`).join(", ")})`,
       );
 
-    // Baseline of the services' own background (timers, heartbeats, pollers): CPU per second with no job.
+    // Baseline of the services' own background (timers, heartbeats, pollers): CPU per second with no job, once the
+    // warm-up's last jobs have finished their tail work (read at once, a 3 s window took two 10 ms clock ticks of
+    // the events service's for its background).
+    await new Promise((resolve) => setTimeout(resolve, options["idle-settle-ms"]));
     const idleBefore = read(pids);
     await new Promise((resolve) => setTimeout(resolve, options["idle-ms"]));
     const idleAfter = read(pids);
