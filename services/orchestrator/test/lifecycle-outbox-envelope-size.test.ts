@@ -10,14 +10,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, createLogger } from "@oz0/serving";
+import { createLogger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
-import { startEventsWithReader } from "./support/events-with-reader.js";
+import { startEventsWithReader, watchedEvents } from "./support/events-with-reader.js";
 
 void test("events whose envelope ids are long are shipped in calls the events service takes; the events after them arrive", async () => {
   // At its default message limit (16 MiB).
@@ -44,15 +41,7 @@ void test("events whose envelope ids are long are shipped in calls the events se
       outbox.event("job.created", { jobId: "job-after" }),
     ]);
     outbox.committed();
-    const client = createClient(
-      EventsService,
-      createGrpcTransport({ baseUrl: events.url, interceptors: [bearerInterceptor(reader)] }),
-    );
-    const count = async (jobId: string): Promise<number> => {
-      let n = 0;
-      for await (const r of client.watch({ jobId, untilCaughtUp: true })) if (r.event) n++;
-      return n;
-    };
+    const count = async (jobId: string): Promise<number> => (await watchedEvents(events.url, reader, jobId)).length;
     await eventually(
       async () => ((await count("job-after")) === 1 ? true : undefined),
       "job-after's event on the events service",

@@ -10,15 +10,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
-import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
 import type { RawEvent } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, createLogger } from "@oz0/serving";
+import { createLogger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
-import { startEventsWithReader } from "./support/events-with-reader.js";
+import { startEventsWithReader, watchedEvents } from "./support/events-with-reader.js";
 
 void test("events published one after another are stored, shipped and numbered in that order", async () => {
   const { events, orchestrator, reader } = await startEventsWithReader();
@@ -45,14 +42,10 @@ void test("events published one after another are stored, shipped and numbered i
       outbox.publish("harness.operation_step", { ...base, attributes: { step_index: step, step_kind: "tool" } });
     outbox.publish("harness.operation_completed", { ...base, attributes: { operation_key: "extract" } });
 
-    const client = createClient(
-      EventsService,
-      createGrpcTransport({ baseUrl: events.url, interceptors: [bearerInterceptor(reader)] }),
-    );
     const shipped = await eventually(async () => {
-      const seen: string[] = [];
-      for await (const r of client.watch({ jobId: "job-o", untilCaughtUp: true }))
-        if (r.event) seen.push(`${r.event.type} ${String(r.event.attributes?.step_index ?? "")}`.trim());
+      const seen = (await watchedEvents(events.url, reader, "job-o")).map((e) =>
+        `${e.type} ${String(e.attributes?.step_index ?? "")}`.trim(),
+      );
       return seen.length === 6 ? seen : undefined;
     }, "the six events on the events service");
     assert.deepEqual(shipped, [

@@ -8,15 +8,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { rawEvent } from "@oz0/events-client";
-import { EventsService } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, type Logger } from "@oz0/serving";
+import type { Logger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
-import { startEventsWithReader } from "./support/events-with-reader.js";
+import { startEventsWithReader, watchedEvents } from "./support/events-with-reader.js";
 
 const quiet = { error: () => {}, warn: () => {}, info: () => {}, debug: () => {} } as unknown as Logger;
 
@@ -38,13 +35,8 @@ void test("events stored without a nudge (as another replica or a dead shipper l
       rawEvent("job.created", { jobId: "left" }),
       rawEvent("job.completed", { jobId: "left" }),
     ]);
-    const client = createClient(
-      EventsService,
-      createGrpcTransport({ baseUrl: events.url, interceptors: [bearerInterceptor(reader)] }),
-    );
     const shipped = await eventually(async () => {
-      const types: string[] = [];
-      for await (const r of client.watch({ jobId: "left", untilCaughtUp: true })) if (r.event) types.push(r.event.type);
+      const types = (await watchedEvents(events.url, reader, "left")).map((e) => e.type);
       return types.length === 2 ? types : undefined;
     }, "the polled events on the events service");
     assert.deepEqual(shipped, ["job.created", "job.completed"]);

@@ -10,15 +10,13 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { create } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { rawEvent } from "@oz0/events-client";
-import { EventsService, RawEventSchema } from "@oz0/proto/oz0/events/v1/events_pb";
-import { bearerInterceptor, type Logger } from "@oz0/serving";
+import { RawEventSchema } from "@oz0/proto/oz0/events/v1/events_pb";
+import type { Logger } from "@oz0/serving";
 import { LifecycleOutbox } from "../src/cluster/lifecycle-outbox.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 import { eventually } from "./support/eventually.js";
-import { startEventsWithReader } from "./support/events-with-reader.js";
+import { startEventsWithReader, watchedEvents } from "./support/events-with-reader.js";
 
 void test("an unreadable stored lifecycle event is dropped and named; the events claimed with it reach the events service", async () => {
   const { events, orchestrator, reader } = await startEventsWithReader();
@@ -47,14 +45,8 @@ void test("an unreadable stored lifecycle event is dropped and named; the events
       }),
       rawEvent("job.completed", { jobId: "victim" }),
     ]);
-    const client = createClient(
-      EventsService,
-      createGrpcTransport({ baseUrl: events.url, interceptors: [bearerInterceptor(reader)] }),
-    );
     const shipped = await eventually(async () => {
-      const types: string[] = [];
-      for await (const r of client.watch({ jobId: "victim", untilCaughtUp: true }))
-        if (r.event) types.push(r.event.type);
+      const types = (await watchedEvents(events.url, reader, "victim")).map((e) => e.type);
       return types.length === 2 ? types : undefined;
     });
     assert.deepEqual(shipped, ["job.created", "job.completed"]);
