@@ -20,6 +20,7 @@ import {
   type TestStack,
 } from "./support/test-stack.js";
 import { ARTIFACTS_WITHHELD } from "../src/jobs/job-artifacts.js";
+import { holdingHook } from "./support/holding-hook.js";
 import { toolResults } from "./support/tool-results.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
@@ -216,14 +217,6 @@ async function job(id: string): Promise<JobJson> {
 async function events(id: string): Promise<Record<string, unknown>[]> {
   const watched = await t.cli(["jobs", "watch", id, "--json"]);
   return jsonLines(watched.stdout);
-}
-
-/** A port the `hold` hook connects to once it runs (and holds its call until it is killed): `hook` is its connection. */
-async function holdingHook(): Promise<{ port: number; hook: Promise<net.Socket>; close: () => void }> {
-  const hookRuns = Promise.withResolvers<net.Socket>();
-  const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { port: (server.address() as net.AddressInfo).port, hook: hookRuns.promise, close: () => server.close() };
 }
 
 async function start(agentName: string, input: string): Promise<string> {

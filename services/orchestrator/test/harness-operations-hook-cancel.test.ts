@@ -4,13 +4,13 @@
 // plugin says so), long after the job had ended. So is one whose scratch session's harness dies meanwhile.
 import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { commitAll, startTestStack, type TestStack } from "./support/test-stack.js";
 import { eventually } from "./support/eventually.js";
+import { holdingHook } from "./support/holding-hook.js";
 
 const fixtures = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "hooks");
 
@@ -104,14 +104,12 @@ void test(
   "cancelling a job stops the hook deciding a call of its harness operation's scratch session",
   { timeout: 120_000 },
   async () => {
-    const hookRuns = Promise.withResolvers<net.Socket>();
-    const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port, hook: holding, close } = await holdingHook();
     try {
-      const run = await t.cli(["run", "held", `hold ${(server.address() as net.AddressInfo).port}`, "--detach"]);
+      const run = await t.cli(["run", "held", `hold ${port}`, "--detach"]);
       assert.equal(run.code, 0, run.stderr);
       const jobId = run.stdout.trim();
-      const hook = await hookRuns.promise;
+      const hook = await holding;
       const hookEnded = new Promise((resolve) => hook.once("close", resolve));
       const cancelled = await t.cli(["jobs", "cancel", jobId, "--reason", "changed plans"]);
       assert.equal(cancelled.code, 0, cancelled.stderr);
@@ -122,7 +120,7 @@ void test(
       // Killed with the cancel, not at its timeout of ten minutes (past this test's own).
       await hookEnded;
     } finally {
-      server.close();
+      close();
     }
   },
 );
@@ -132,15 +130,12 @@ void test(
   "a scratch session whose harness dies while a hook decides its call stops the hook; the job goes on",
   { timeout: 120_000 },
   async () => {
-    const hookRuns = Promise.withResolvers<net.Socket>();
-    const server = net.createServer((socket) => hookRuns.resolve(socket.on("error", () => undefined)));
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port, hook: holding, close } = await holdingHook();
     try {
-      const port = (server.address() as net.AddressInfo).port;
       const run = await t.cli(["run", "held", `hold ${port} and die`, "--detach"]);
       assert.equal(run.code, 0, run.stderr);
       const jobId = run.stdout.trim();
-      const hook = await hookRuns.promise;
+      const hook = await holding;
       const hookEnded = new Promise((resolve) => hook.once("close", resolve));
       // Killed once the scratch session's exit is heard, not at its timeout of ten minutes (past this test's own).
       await hookEnded;
@@ -150,7 +145,7 @@ void test(
       }, "the job's own session goes on with the operation's failure");
       assert.equal(shown.state, "JOB_STATE_SUCCEEDED");
     } finally {
-      server.close();
+      close();
     }
   },
 );
