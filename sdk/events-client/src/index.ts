@@ -15,6 +15,7 @@ export {
   rawEventBytes,
 } from "./event-publisher.js";
 export { createPublishSender, PUBLISH_STREAM_IDLE_MS } from "./publish-sender.js";
+export { holdsSessionToken, isIdentifier, publicIdentifier } from "./public-identifier.js";
 export type { PublishAnswer, PublishSender } from "./publish-sender.js";
 export type {
   EventPublisher,

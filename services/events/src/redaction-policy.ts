@@ -8,14 +8,19 @@
 // refuses a policy that misses a type of the list or names one not in it.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampNow, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { isLifecycleType, rawAttributes, type LifecycleType } from "@oz0/events-client";
+import {
+  holdsSessionToken,
+  isIdentifier,
+  isLifecycleType,
+  publicIdentifier,
+  rawAttributes,
+  type LifecycleType,
+} from "@oz0/events-client";
 import type { PublicEvent, RawEvent, TokenCounts } from "@oz0/proto/oz0/events/v1/events_pb";
 
 /** A step's summary when a model turn finished with the operation's result. */
 export const FINISH_SUMMARY = "Returned the structured result for validation";
 
-// Identifiers: names, ids, codes, model names. No spaces, so no prose fits.
-const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$/;
 // An operation key as the agent version declares it.
 const OPERATION_KEY = /^[a-z][a-z0-9_-]{0,63}$/;
 const STATUS = /^[a-z][a-z_]{0,31}$/;
@@ -29,16 +34,9 @@ const MAX_COUNT = 2 ** 31 - 1;
 
 type Extract = (attributes: JsonObject) => JsonValue | undefined;
 
-/**
- * The LLM proxy's session tokens (`oz0st_` and base64url) fit an identifier
- * and a path, and a session can read its own from its environment: a value
- * holding one is dropped, so a tool name or a path never publishes a token
- * that still spends its job's budget.
- */
-const SESSION_TOKEN = /oz0st_/i;
-
+/** An identifier (names, ids, codes, model names: no prose) holding no session token (@oz0/events-client). */
 function identifier(value: JsonValue | undefined): string | undefined {
-  return typeof value === "string" && IDENTIFIER.test(value) && !SESSION_TOKEN.test(value) ? value : undefined;
+  return publicIdentifier(value);
 }
 
 /**
@@ -51,7 +49,7 @@ function identifier(value: JsonValue | undefined): string | undefined {
 const PATH = /^\/?[A-Za-z0-9._-]{1,255}(?:\/[A-Za-z0-9._-]{1,255})*\/?$/;
 
 function path(value: JsonValue | undefined): string | undefined {
-  return typeof value === "string" && value.length <= MAX_PATH && PATH.test(value) && !SESSION_TOKEN.test(value)
+  return typeof value === "string" && value.length <= MAX_PATH && PATH.test(value) && !holdsSessionToken(value)
     ? value
     : undefined;
 }
@@ -311,7 +309,7 @@ const ident = (value: string): string => (value === "" ? "" : (identifier(value)
 /** Redact one raw event into its public form (position 0: the log assigns it). */
 export function redactEvent(raw: RawEvent): RedactionOutcome {
   // The id is the dedup key and a Kafka header; the type names the policy.
-  if (!IDENTIFIER.test(raw.id)) return { ok: false, code: "EVENT_ID_INVALID" };
+  if (!isIdentifier(raw.id)) return { ok: false, code: "EVENT_ID_INVALID" };
   if (raw.type.length > 64 || !EVENT_TYPE.test(raw.type)) return { ok: false, code: "EVENT_TYPE_INVALID" };
   const allowlist = POLICY_ENTRIES.get(raw.type);
   const attributes: JsonObject = {};

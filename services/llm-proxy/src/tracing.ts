@@ -17,6 +17,7 @@ import {
   type Span,
   type SpanContext,
 } from "@opentelemetry/api";
+import { holdsSessionToken } from "@oz0/events-client";
 import { contextFromTraceparent, GenAi, genAiClientMetrics, oz0Tracer, recording } from "@oz0/serving";
 import type { AttemptRecord, CallRecord } from "./proxy-store.js";
 
@@ -68,8 +69,6 @@ function parseServerAttributes(upstream: string): Record<string, string | number
 
 /** A model's name as providers write them (`claude-sonnet-4-5-20250929`, `gpt-4o`, `meta-llama/llama-3-70b`). */
 const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:@+/-]{0,127}$/;
-/** The proxy's session tokens fit a model name, and a session can read its own. */
-const SESSION_TOKEN = /oz0st_/i;
 
 /**
  * The model as it may go on a span or a metric, or undefined. The model is the session's word, forwarded as
@@ -79,7 +78,7 @@ const SESSION_TOKEN = /oz0st_/i;
  * kept for the process's life.
  */
 function modelForSpan(model: string | undefined): string | undefined {
-  return model !== undefined && MODEL_NAME.test(model) && !SESSION_TOKEN.test(model) ? model : undefined;
+  return model !== undefined && MODEL_NAME.test(model) && !holdsSessionToken(model) ? model : undefined;
 }
 
 /** The chat span's attributes at its start; no spreads (on Node 20 each cost about a microsecond a call). */

@@ -40,7 +40,7 @@ import {
   type Span,
   type SpanContext,
 } from "@opentelemetry/api";
-import type { LifecycleType } from "@oz0/events-client";
+import { publicIdentifier, type LifecycleType } from "@oz0/events-client";
 import type { GraphTracer } from "@oz0/graph";
 import {
   PermissionAnswer_Outcome,
@@ -120,11 +120,6 @@ function start(
   return { span, ctx: trace.setSpan(parent, span), started: performance.now() };
 }
 
-/** An identifier as the events service keeps one (its redaction policy): what a harness's names must be here too. */
-const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$/;
-/** The LLM proxy's session tokens fit an identifier, and a session can read its own. */
-const SESSION_TOKEN = /oz0st_/i;
-
 /**
  * A name the harness chose (a tool, a call id, a permission id, its own name), when it may go on a span: an
  * identifier of at most 128 characters that holds no session token; else undefined, and the span goes without
@@ -133,7 +128,8 @@ const SESSION_TOKEN = /oz0st_/i;
  * session read from its environment would reach the collector, where the events service drops the same name.
  */
 function harnessIdentifier(value: string): string | undefined {
-  return IDENTIFIER.test(value) && !SESSION_TOKEN.test(value) ? value : undefined;
+  // As the events service keeps one (@oz0/events-client).
+  return publicIdentifier(value);
 }
 
 /** `{operation} {name}`, or the operation alone when the harness's name may not go on a span. */
