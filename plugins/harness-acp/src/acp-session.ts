@@ -255,7 +255,8 @@ export class AcpSessionRun {
     this.#agent = agent;
 
     // session/update never reaches the SDK (agent-process.ts takes it in stdout
-    // order), so a tool_call is always recorded before a permission request for it.
+    // order); a permission request read before its call's tool_call waits for it
+    // (session-update-mapper.ts, ANNOUNCEMENT_GRACE_MS).
     const app = client({ name: "oz0-harness-acp" }).onRequest(
       "session/request_permission",
       (params: unknown) => params,

@@ -64,13 +64,14 @@ function options(params: Record<string, unknown>): PermissionOption[] {
   });
 }
 
-/** Answers one `session/request_permission`; throws AcpSessionError for a tool call never announced. */
+/** Answers one `session/request_permission`; throws AcpSessionError for a tool call never announced (session-update-mapper.ts). */
 export async function answerPermissionRequest(
   params: unknown,
   bridge: PermissionBridgeOptions,
 ): Promise<AcpPermissionResponse> {
   const record = (typeof params === "object" && params !== null ? params : {}) as Record<string, unknown>;
-  const tracked = bridge.mapper.toolCallForPermission(record["toolCall"]);
+  const tracked = await bridge.mapper.toolCallForPermission(record["toolCall"], bridge.cancelSignal);
+  if (tracked === undefined) return { outcome: { outcome: "cancelled" } };
   const offered = options(record);
   const allowOnce = offered.find((o) => o.kind === "allow_once");
   // Without reject_once, reject_always still refuses (and refuses later calls too, which fails closed).

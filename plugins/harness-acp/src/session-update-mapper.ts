@@ -26,6 +26,16 @@ const KNOWN_STATUSES = new Set(["pending", "in_progress", "completed", "failed"]
 /** Statuses that say a tool call ran: only a call the runtime allowed may reach them. */
 const RUN_STATUSES = new Set(["in_progress", "completed"]);
 
+/**
+ * How long a permission request waits for the `tool_call` of its call.
+ * claude-agent-acp sends its permission requests and its session updates from
+ * two loops, and under load a request overtakes the update that announces
+ * its call by some milliseconds; the update carries the tool's own name
+ * (`Bash`, not the kind `execute`), which policies match on, so the request
+ * waits for it rather than naming the call itself.
+ */
+export const ANNOUNCEMENT_GRACE_MS = 5_000;
+
 /** Input fields that name a file in the tool inputs of common agents (Claude Code, Gemini CLI, ours). */
 const INPUT_PATH_KEYS = ["file_path", "notebook_path", "path", "absolute_path"];
 
@@ -77,6 +87,8 @@ export class SessionUpdateMapper {
   readonly #sink: EventSink;
   readonly #model: string;
   readonly #toolCalls = new Map<string, TrackedToolCall>();
+  /** Permission requests waiting for their call's `tool_call`, by tool call id. */
+  readonly #awaitingAnnouncement = new Map<string, Array<() => void>>();
   #assistant: TextItem | undefined;
   #thinking: TextItem | undefined;
   #nextItem = 1;
@@ -148,13 +160,16 @@ export class SessionUpdateMapper {
 
   /**
    * Merges the tool call of a permission request (a ToolCallUpdate) and makes
-   * sure its protocol `tool_call` is out. Throws when it was never announced.
+   * sure its protocol `tool_call` is out, waiting up to
+   * {@link ANNOUNCEMENT_GRACE_MS} for the agent to announce the call.
+   * Undefined when `signal` aborts first; throws when it was never announced.
    */
-  toolCallForPermission(toolCall: unknown): TrackedToolCall {
+  async toolCallForPermission(toolCall: unknown, signal: AbortSignal): Promise<TrackedToolCall | undefined> {
     if (!isRecord(toolCall) || str(toolCall["toolCallId"]) === undefined) {
       throw new AcpSessionError("invalid_message", "a session/request_permission has no toolCall.toolCallId");
     }
     const id = toolCall["toolCallId"] as string;
+    if (!this.#toolCalls.has(id) && !(await this.#announced(id, signal))) return undefined;
     const tracked = this.#toolCalls.get(id);
     if (tracked === undefined) {
       throw new AcpSessionError(
@@ -165,6 +180,27 @@ export class SessionUpdateMapper {
     this.#merge(tracked, toolCall);
     this.#announce(tracked);
     return tracked;
+  }
+
+  /** Resolves once `id` is tracked or the grace is over (true), or when `signal` aborts (false). */
+  #announced(id: string, signal: AbortSignal): Promise<boolean> {
+    if (signal.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const waiters = this.#awaitingAnnouncement.get(id) ?? [];
+      this.#awaitingAnnouncement.set(id, waiters);
+      const done = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", aborted);
+        const left = (this.#awaitingAnnouncement.get(id) ?? []).filter((w) => w !== done);
+        if (left.length > 0) this.#awaitingAnnouncement.set(id, left);
+        else this.#awaitingAnnouncement.delete(id);
+        resolve(!signal.aborted);
+      };
+      const aborted = (): void => done();
+      const timer = setTimeout(done, ANNOUNCEMENT_GRACE_MS);
+      signal.addEventListener("abort", aborted, { once: true });
+      waiters.push(done);
+    });
   }
 
   /** The mode the agent reported with `current_mode_update` before {@link settleMode}, if any. */
@@ -268,6 +304,8 @@ export class SessionUpdateMapper {
       this.#toolCalls.set(id, tracked);
     }
     this.#merge(tracked, update);
+    // A permission request that came first goes on once this update is applied (below, synchronously).
+    for (const waiter of this.#awaitingAnnouncement.get(id) ?? []) queueMicrotask(waiter);
     if (!KNOWN_STATUSES.has(tracked.status))
       throw new AcpSessionError(
         "invalid_message",

@@ -113,6 +113,30 @@ for (const { mode, stopReason, error } of CASES) {
   });
 }
 
+void test("a permission request that overtakes its call's announcement waits for it: the call runs under the tool's own name", async () => {
+  const run = await runHarness({
+    harnessOptions: fixtureAgent("misbehaving-acp-agent.ts", { env: { BAD_AGENT_MODE: "permission-first" } }),
+    turns: () => [],
+  });
+  try {
+    assert.equal(run.outcome.result?.stopReason, StopReason.COMPLETED, `${run.outcome.result?.error}\n${run.stderr}`);
+    assert.deepEqual(
+      ofCase(run.events, "toolCall").map((c) => [c.callId, c.tool]),
+      [["pf-1", "Bash"]],
+    );
+    assert.deepEqual(
+      ofCase(run.events, "permissionRequest").map((p) => [p.callId, p.tool]),
+      [["pf-1", "Bash"]],
+    );
+    assert.deepEqual(
+      ofCase(run.events, "toolResult").map((r) => [r.callId, r.isError]),
+      [["pf-1", false]],
+    );
+  } finally {
+    await removeRun(run);
+  }
+});
+
 void test("wrong harness options end the session at once with an error naming the option", async () => {
   const run = await runHarness({ harnessOptions: { agent: { command: "claude-agent-acp" } }, turns: () => [] });
   try {

@@ -1,8 +1,9 @@
 // session/update → protocol events, with a recording sink instead of a session.
 import { test } from "node:test";
+import type { TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { AcpSessionError } from "../src/acp-errors.js";
-import { SessionUpdateMapper, globBase } from "../src/session-update-mapper.js";
+import { ANNOUNCEMENT_GRACE_MS, SessionUpdateMapper, globBase } from "../src/session-update-mapper.js";
 import type { EventSink } from "../src/session-update-mapper.js";
 
 function recorder(): { sink: EventSink; events: Array<[string, unknown]> } {
@@ -18,10 +19,17 @@ function recorder(): { sink: EventSink; events: Array<[string, unknown]> } {
 }
 
 const update = (body: Record<string, unknown>): unknown => ({ sessionId: "s", update: body });
+/** A permission request's call, the session never cancelled. */
+const live = new AbortController().signal;
+async function permitted(mapper: SessionUpdateMapper, toolCall: Record<string, unknown>) {
+  const tracked = await mapper.toolCallForPermission(toolCall, live);
+  assert.ok(tracked !== undefined);
+  return tracked;
+}
 const chunk = (text: string, kind = "agent_message_chunk"): unknown =>
   update({ sessionUpdate: kind, content: { type: "text", text } });
 
-void test("message chunks are deltas of one item until something else comes; the last item is the final text", () => {
+void test("message chunks are deltas of one item until something else comes; the last item is the final text", async () => {
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
   mapper.apply(chunk("Let me "));
@@ -50,7 +58,7 @@ void test("message chunks are deltas of one item until something else comes; the
   assert.equal(mapper.finalText, "Done.");
 });
 
-void test("a tool call is announced once its input is known, and finished once with status, kind, title and diff paths", () => {
+void test("a tool call is announced once its input is known, and finished once with status, kind, title and diff paths", async () => {
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
   // Streamed agents announce before the input is known.
@@ -75,7 +83,7 @@ void test("a tool call is announced once its input is known, and finished once w
     }),
   );
   // The permission bridge records the runtime's allow.
-  mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "allowed";
+  (await permitted(mapper, { toolCallId: "t1" })).permission = "allowed";
   mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "in_progress" }));
   mapper.apply(
     update({
@@ -102,17 +110,60 @@ void test("a tool call is announced once its input is known, and finished once w
   ]);
 });
 
-void test("a permission request for an unannounced tool call is an error; an announced one is announced at once", () => {
+void test("a permission request for an announced tool call announces it at once", async () => {
   const { sink, events } = recorder();
   const mapper = new SessionUpdateMapper({ sink, model: "m" });
-  assert.throws(
-    () => mapper.toolCallForPermission({ toolCallId: "ghost" }),
-    (e: unknown) => e instanceof AcpSessionError && e.code === "unannounced_tool_call",
-  );
   mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "t2", title: "Run", kind: "execute" }));
-  const tracked = mapper.toolCallForPermission({ toolCallId: "t2", rawInput: { command: "ls" } });
+  const tracked = await permitted(mapper, { toolCallId: "t2", rawInput: { command: "ls" } });
   assert.equal(tracked.kind, "execute");
   assert.deepEqual(events, [["toolCall", { callId: "t2", tool: "execute", input: { command: "ls" }, title: "Run" }]]);
+});
+
+void test("a permission request that overtakes its call's tool_call waits for it and names the tool as the update does", async () => {
+  const { sink, events } = recorder();
+  const mapper = new SessionUpdateMapper({ sink, model: "m" });
+  // claude-agent-acp under load: the request first, then the content_block_start update (input still `{}`).
+  const request = mapper.toolCallForPermission(
+    { toolCallId: "t3", title: "ls", kind: "execute", rawInput: { command: "ls" } },
+    live,
+  );
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(events, [], "nothing is announced before the agent's tool_call");
+  mapper.apply(
+    update({
+      sessionUpdate: "tool_call",
+      toolCallId: "t3",
+      kind: "execute",
+      status: "pending",
+      rawInput: {},
+      _meta: { claudeCode: { toolName: "Bash" } },
+    }),
+  );
+  const tracked = await request;
+  // The tool's own name (what policies match on), not the kind the request alone would give.
+  assert.equal(tracked?.tool, "Bash");
+  assert.deepEqual(events, [["toolCall", { callId: "t3", tool: "Bash", input: { command: "ls" }, title: "ls" }]]);
+});
+
+void test("a permission request for a call never announced ends the session after the grace; a cancel ends the wait", async (t: TestContext) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { sink, events } = recorder();
+  const mapper = new SessionUpdateMapper({ sink, model: "m" });
+  const ghost = mapper.toolCallForPermission({ toolCallId: "ghost", title: "rm -rf /" }, live);
+  t.mock.timers.tick(ANNOUNCEMENT_GRACE_MS - 1);
+  await new Promise((resolve) => setImmediate(resolve));
+  mapper.apply(update({ sessionUpdate: "tool_call", toolCallId: "other", kind: "read", rawInput: { path: "a" } }));
+  t.mock.timers.tick(1);
+  await assert.rejects(ghost, (e: unknown) => e instanceof AcpSessionError && e.code === "unannounced_tool_call");
+
+  const cancel = new AbortController();
+  const cancelled = mapper.toolCallForPermission({ toolCallId: "ghost-2" }, cancel.signal);
+  cancel.abort();
+  assert.equal(await cancelled, undefined);
+  assert.deepEqual(
+    events.map(([kind]) => kind),
+    ["toolCall"],
+  );
 });
 
 void test("plans are whole text items (not the final text); usage updates report cost deltas; prompt usage reports tokens", () => {
@@ -158,7 +209,7 @@ void test("an unknown update kind ends the session; extension kinds and known no
   );
 });
 
-void test("fail closed: a call reported in_progress or completed without the runtime's allow ends the session, nothing is reported for it", () => {
+void test("fail closed: a call reported in_progress or completed without the runtime's allow ends the session, nothing is reported for it", async () => {
   for (const [status, permission, words] of [
     ["completed", "none", "without asking permission"],
     ["in_progress", "none", "without asking permission"],
@@ -169,7 +220,7 @@ void test("fail closed: a call reported in_progress or completed without the run
     mapper.apply(
       update({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Read", kind: "read", status: "pending" }),
     );
-    if (permission === "refused") mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "refused";
+    if (permission === "refused") (await permitted(mapper, { toolCallId: "t1" })).permission = "refused";
     const before = events.length;
     assert.throws(
       () => mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status, rawOutput: "x" })),
@@ -265,14 +316,14 @@ void test("an absolute or climbing Glob pattern counts as the path it looks in",
   assert.deepEqual(mapper.toolCall("g")?.paths, ["/w/sub", "/w/sub/.."]);
 });
 
-void test("a finished call's id announced again or set running again ends the session: it would run under the first call's allow", () => {
-  const finishedAllowedCall = (): { mapper: SessionUpdateMapper; events: Array<[string, unknown]> } => {
+void test("a finished call's id announced again or set running again ends the session: it would run under the first call's allow", async () => {
+  const finishedAllowedCall = async (): Promise<{ mapper: SessionUpdateMapper; events: Array<[string, unknown]> }> => {
     const { sink, events } = recorder();
     const mapper = new SessionUpdateMapper({ sink, model: "m" });
     mapper.apply(
       update({ sessionUpdate: "tool_call", toolCallId: "t1", kind: "execute", rawInput: { command: "ls" } }),
     );
-    mapper.toolCallForPermission({ toolCallId: "t1" }).permission = "allowed";
+    (await permitted(mapper, { toolCallId: "t1" })).permission = "allowed";
     mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" }));
     // Updates that do not set it going again are fine (claude-agent-acp's hook updates carry no status).
     mapper.apply(update({ sessionUpdate: "tool_call_update", toolCallId: "t1", content: [] }));
@@ -290,7 +341,7 @@ void test("a finished call's id announced again or set running again ends the se
       'reported tool call "t1" as in_progress',
     ],
   ] as const) {
-    const { mapper, events } = finishedAllowedCall();
+    const { mapper, events } = await finishedAllowedCall();
     const before = events.length;
     assert.throws(
       () => mapper.apply(update(body)),
