@@ -40,7 +40,7 @@ import {
   DEFAULT_FORWARDS_PER_SESSION,
   defaultTotalForwards,
 } from "./llm-forwarder.js";
-import { startTelemetryRelay } from "./telemetry-relay.js";
+import { relaySecret, startTelemetryRelay } from "./telemetry-relay.js";
 import { SessionUserPool } from "./session-user-pool.js";
 import { systemCommand } from "./system-command.js";
 import { chooseSyscallFilter } from "./syscall-filter.js";
@@ -295,7 +295,7 @@ export async function startSandbox(config: SandboxConfig = {}): Promise<RunningS
   // The sessions' spans join their jobs' traces through the sandbox (see telemetry-relay.ts).
   const traceRelay =
     config.sessionTraces !== undefined
-      ? await startTelemetryRelay({ target: config.sessionTraces, logger })
+      ? await startTelemetryRelay({ target: config.sessionTraces, logger, secret: await relaySecret(root) })
       : undefined;
   const registry = new SessionRegistry({
     root,

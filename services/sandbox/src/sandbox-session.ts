@@ -76,6 +76,7 @@ import { adoptKeeper, extraFile, keeperSpawn, processStartTime, type SpareKeeper
 import { startSessionSpan, type SessionSpan } from "./tracing.js";
 import type { SessionProcessLimit } from "./session-process-limit.js";
 import type { UserModeSyscallFilter } from "./syscall-filter.js";
+import type { SessionTraceIdentity } from "./session-trace-export.js";
 
 /** How the session's harness is isolated, decided by the registry. */
 export type SessionIsolation =
@@ -164,7 +165,11 @@ export interface SandboxSessionOptions {
   maxStdoutBytes: number;
   logger: Logger;
   /** The sandbox's relay to the trace collector: the harness exports its spans there (inside the sandbox, through its forward), encoded as the collector takes them. */
-  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json"; exportPath(sessionId: string): string };
+  traceRelay?: {
+    url: string;
+    protocol: "http/protobuf" | "http/json";
+    exportPath(session: SessionTraceIdentity): string;
+  };
   /**
    * Run the harness under a keeper (session-keeper.ts) and keep the session's
    * record and log in its internal directory, so a restarted sandbox takes it
@@ -459,7 +464,12 @@ export class SandboxSession {
       ...(this.#options.traceRelay !== undefined
         ? {
             otlpTraces: {
-              endpoint: `${innerUrl(this.#options.traceRelay.url)}${this.#options.traceRelay.exportPath(this.id)}`,
+              endpoint: `${innerUrl(this.#options.traceRelay.url)}${this.#options.traceRelay.exportPath({
+                sessionId: this.id,
+                jobId: harnessRequest.jobId,
+                // The trace the harness continues: only its spans are relayed.
+                traceId: /^[0-9a-f]{2}-([0-9a-f]{32})-/.exec(harnessRequest.trace?.traceparent ?? "")?.[1] ?? "",
+              })}`,
               protocol: this.#options.traceRelay.protocol,
             },
           }

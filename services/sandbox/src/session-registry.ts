@@ -38,6 +38,7 @@ import { SessionDiskGuard } from "./session-disk-guard.js";
 import { SessionMemoryGuard } from "./session-memory-guard.js";
 import { SharedTmpfsGuard } from "./shared-tmpfs-guard.js";
 import type { SessionNamespaceLimits } from "./session-namespace-limits.js";
+import type { SessionTraceIdentity } from "./session-trace-export.js";
 import { ptyShare, SessionOpenFilesGuard } from "./session-open-files-guard.js";
 
 export interface SessionRegistryOptions {
@@ -118,7 +119,11 @@ export interface SessionRegistryOptions {
   maxStdoutBytes: number;
   logger: Logger;
   /** The sandbox's relay to the trace collector (telemetry-relay.ts), when it exports traces: sessions send their spans there. */
-  traceRelay?: { url: string; protocol: "http/protobuf" | "http/json"; exportPath(sessionId: string): string };
+  traceRelay?: {
+    url: string;
+    protocol: "http/protobuf" | "http/json";
+    exportPath(session: SessionTraceIdentity): string;
+  };
 }
 
 /** Keepers forked ahead: enough for sessions started a few at once; a burst past it starts the rest directly. */

@@ -8,15 +8,29 @@
 // as the LLM proxy. Only trace exports pass, bounded in size and in how many
 // are in flight, so a session cannot use the relay as a way out or a weight.
 //
-// Each session posts to a path of its own, `/sessions/<id>/<mac>/v1/traces`
-// (the mac, keyed by this relay's secret, so no session can post as
-// another), and has a share of the exports in flight: one session's slow
-// exports cannot hold the slots every other session's need. A body that has
-// not arrived whole in time is answered 408 and gives its slot back.
+// Each session posts to a path of its own,
+// `/sessions/<session>/<job>/<trace id>/<mac>/v1/traces`: the mac, keyed by
+// this relay's secret, says the sandbox gave that path to that session, so no
+// session can post as another, and the relay passes on only the spans of
+// that trace, stamped with that session and job (session-trace-export.ts).
+// The secret is kept in the sandbox's root, so a sandbox that takes sessions
+// over after a restart knows their paths. Each session has a share of the
+// exports in flight: one session's slow exports cannot hold the slots every
+// other session's need. A body that has not arrived whole in time is answered
+// 408 and gives its slot back.
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { constants } from "node:fs";
+import { open, rename, writeFile } from "node:fs/promises";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import path from "node:path";
 import { timeRequestBody, type Logger, type OtlpTracesTarget } from "@oz0/serving";
+import {
+  partialSuccessAnswer,
+  stampSessionExport,
+  UnreadableExportError,
+  type SessionTraceIdentity,
+} from "./session-trace-export.js";
 
 /** The path OTLP/HTTP trace exports are posted to. */
 export const OTLP_TRACES_PATH = "/v1/traces";
@@ -30,38 +44,47 @@ const MAX_IN_FLIGHT_PER_SESSION = 4;
 const UPSTREAM_TIMEOUT_MS = 10_000;
 /** An export's body that has not arrived whole in this time is dropped (408): a trickling one would hold its slot. */
 const BODY_TIMEOUT_MS = 10_000;
-/** The share of exports posted to the plain path or with a mac this relay did not make (sessions a previous run started). */
-const UNNAMED = "";
 const CONTENT_TYPES = new Set(["application/x-protobuf", "application/json"]);
 
 export interface TelemetryRelay {
   /** `http://127.0.0.1:PORT`: where sessions post. */
   readonly url: string;
   /** The path a session posts its exports to, its own. */
-  exportPath(sessionId: string): string;
+  exportPath(session: SessionTraceIdentity): string;
   close(): Promise<void>;
 }
 
 export async function startTelemetryRelay(options: {
   target: OtlpTracesTarget;
   logger: Logger;
+  /** The key of the paths' macs, kept across restarts ({@link relaySecret}). */
+  secret: Buffer;
   /** Default BODY_TIMEOUT_MS. */
   bodyTimeoutMs?: number;
 }): Promise<TelemetryRelay> {
-  const { target, logger } = options;
+  const { target, logger, secret } = options;
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_TIMEOUT_MS;
-  const secret = randomBytes(32);
-  const mac = (sessionId: string): string =>
-    createHmac("sha256", secret).update(sessionId).digest("base64url").slice(0, 22);
-  /** Whose share a request's path counts in; undefined for a path that is not an export's. */
-  const shareOf = (url: string | undefined): string | undefined => {
-    if (url === OTLP_TRACES_PATH) return UNNAMED;
-    const match = /^\/sessions\/([^/]+)\/([^/]+)\/v1\/traces$/.exec(url ?? "");
-    if (match === null) return undefined;
-    const sessionId = decodeURIComponent(match[1]!);
-    const expected = Buffer.from(mac(sessionId));
-    const given = Buffer.from(match[2]!);
-    return given.length === expected.length && timingSafeEqual(given, expected) ? sessionId : UNNAMED;
+  const segments = (session: SessionTraceIdentity): string =>
+    [session.sessionId, session.jobId, session.traceId].map((part) => encodeURIComponent(part)).join("/");
+  const mac = (session: SessionTraceIdentity): string =>
+    createHmac("sha256", secret).update(segments(session)).digest("base64url").slice(0, 22);
+  /** The session a request's path names: undefined for a path that is not an export's, null for a mac this relay did not make. */
+  const sessionOf = (url: string | undefined): SessionTraceIdentity | null | undefined => {
+    const match = /^\/sessions\/([^/]*)\/([^/]*)\/([0-9a-f]{32}|)\/([^/]+)\/v1\/traces$/.exec(url ?? "");
+    if (match === null) return url === OTLP_TRACES_PATH ? null : undefined;
+    let session: SessionTraceIdentity;
+    try {
+      session = {
+        sessionId: decodeURIComponent(match[1]!),
+        jobId: decodeURIComponent(match[2]!),
+        traceId: match[3]!,
+      };
+    } catch {
+      return null;
+    }
+    const expected = Buffer.from(mac(session));
+    const given = Buffer.from(match[4]!);
+    return given.length === expected.length && timingSafeEqual(given, expected) ? session : null;
   };
   let inFlight = 0;
   const inFlightOf = new Map<string, number>();
@@ -72,10 +95,13 @@ export async function startTelemetryRelay(options: {
       response.writeHead(status, { "content-type": "text/plain; charset=utf-8" }).end(`${message}\n`);
       request.resume();
     };
-    const share = shareOf(request.url);
-    if (share === undefined)
+    const session = sessionOf(request.url);
+    if (session === undefined)
       return answer(404, "only OTLP trace exports are relayed: POST to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    // Spans that cannot be told to be the session's own would be anybody's.
+    if (session === null) return answer(403, "post to the OTEL_EXPORTER_OTLP_TRACES_ENDPOINT this session was given");
     if (request.method !== "POST") return answer(405, "POST to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    const share = session.sessionId;
     const contentType = (request.headers["content-type"] ?? "").split(";")[0]!.trim();
     if (!CONTENT_TYPES.has(contentType))
       return answer(415, "send application/x-protobuf or application/json (OTLP/HTTP)");
@@ -88,13 +114,15 @@ export async function startTelemetryRelay(options: {
     inFlight++;
     inFlightOf.set(share, sessionInFlight + 1);
     timeRequestBody(request, response, bodyTimeoutMs);
-    relay({ request, contentType, target })
+    relay({ request, contentType, target, session })
       .then(
         ({ status, body }) => response.writeHead(status, { "content-type": contentType }).end(body),
         (error: unknown) => {
-          // Answered already: the body did not arrive in time (408), or the client went away.
-          if (response.headersSent || request.destroyed) return;
+          // Answered already: the body did not arrive in time (408), or the client went away. (Not
+          // `request.destroyed`: a request whose body was read whole is destroyed, and its client waits.)
+          if (response.headersSent || response.destroyed) return;
           if (error instanceof BodyTooLargeError) return answer(413, error.message);
+          if (error instanceof UnreadableExportError) return answer(400, error.message);
           // Once per relay: a collector that is down would otherwise log a line per export.
           if (!warned)
             logger.warn(
@@ -119,7 +147,7 @@ export async function startTelemetryRelay(options: {
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
-    exportPath: (sessionId) => `/sessions/${encodeURIComponent(sessionId)}/${mac(sessionId)}${OTLP_TRACES_PATH}`,
+    exportPath: (session) => `/sessions/${segments(session)}/${mac(session)}${OTLP_TRACES_PATH}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -128,13 +156,46 @@ export async function startTelemetryRelay(options: {
   };
 }
 
+/** The file in the sandbox's root that keeps the relay's secret. */
+const SECRET_FILE = "telemetry-relay.key";
+const SECRET_BYTES = 32;
+
+/**
+ * The relay's secret, made once per sandbox root and kept there (0600; the
+ * root is the sandbox's, never bound into a session): a sandbox that takes
+ * sessions over after a restart knows the paths it gave them. A file that is
+ * not the sandbox's own 0600 secret is replaced.
+ */
+export async function relaySecret(root: string): Promise<Buffer> {
+  const file = path.join(root, SECRET_FILE);
+  try {
+    const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+    try {
+      const stat = await handle.stat();
+      if (stat.isFile() && stat.size === SECRET_BYTES && (stat.mode & 0o077) === 0 && stat.uid === process.getuid?.())
+        return await handle.readFile();
+    } finally {
+      await handle.close();
+    }
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "ENOENT" && code !== "ELOOP") throw error;
+  }
+  const secret = randomBytes(SECRET_BYTES);
+  const written = `${file}.${process.pid}.new`;
+  await writeFile(written, secret, { mode: 0o600, flag: "w" });
+  await rename(written, file);
+  return secret;
+}
+
 class BodyTooLargeError extends Error {}
 
 async function relay(options: {
   request: http.IncomingMessage;
   contentType: string;
   target: OtlpTracesTarget;
-}): Promise<{ status: number; body: Buffer }> {
+  session: SessionTraceIdentity;
+}): Promise<{ status: number; body: Uint8Array }> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of options.request as AsyncIterable<Buffer>) {
@@ -144,12 +205,21 @@ async function relay(options: {
   }
   // A body cut short (its client gone, or its time up) is not an export.
   if (!options.request.complete) throw new Error("the export's body did not arrive whole");
+  const json = options.contentType === "application/json";
+  const stamped = stampSessionExport({ body: Buffer.concat(chunks), json, session: options.session });
+  const dropped =
+    stamped.rejectedSpans > 0
+      ? partialSuccessAnswer({ rejectedSpans: stamped.rejectedSpans, traceId: options.session.traceId, json })
+      : undefined;
+  if (stamped.body === undefined) return { status: 200, body: dropped ?? new Uint8Array() };
   const upstream = await fetch(options.target.url, {
     method: "POST",
     // The collector's credentials are added here; the session's own headers are not passed on.
     headers: { ...options.target.headers, "content-type": options.contentType },
-    body: Buffer.concat(chunks),
+    body: stamped.body,
     signal: AbortSignal.timeout(UPSTREAM_TIMEOUT_MS),
   });
-  return { status: upstream.status, body: Buffer.from(await upstream.arrayBuffer()) };
+  const answer = Buffer.from(await upstream.arrayBuffer());
+  // The spans the relay dropped are told as a partial success (the collector's own is then not passed on).
+  return { status: upstream.status, body: upstream.ok && dropped !== undefined ? dropped : answer };
 }
