@@ -28,6 +28,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
   const providersFile = envString(env, "OZ0_PROVIDERS_FILE");
   const eventsUrl = envUrl(env, "OZ0_EVENTS_URL");
   const attemptTimeoutMs = envInteger(env, "OZ0_UPSTREAM_TIMEOUT_MS", { min: 1, unit: "milliseconds" });
+  const streamIdleTimeoutMs = envInteger(env, "OZ0_STREAM_IDLE_TIMEOUT_MS", { min: 1, unit: "milliseconds" });
   const kek = loadKek(env);
   const maxMessageBytes = envMaxMessageBytes(env);
   const maxModelRequestBytes = envInteger(env, "OZ0_MAX_MODEL_REQUEST_BYTES", { min: 1, unit: "bytes" });
@@ -58,7 +59,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv): LlmProxyConfig {
     ...(providersFile ? { providers: loadProvidersFile(providersFile) } : {}),
     ...(eventsUrl ? { eventsUrl } : {}),
     auth: authSettingsFromEnv(env),
-    ...(attemptTimeoutMs !== undefined ? { retry: { attemptTimeoutMs } } : {}),
+    ...(attemptTimeoutMs !== undefined || streamIdleTimeoutMs !== undefined
+      ? {
+          retry: {
+            ...(attemptTimeoutMs !== undefined ? { attemptTimeoutMs } : {}),
+            ...(streamIdleTimeoutMs !== undefined ? { streamIdleTimeoutMs } : {}),
+          },
+        }
+      : {}),
     ...(kek ? { kek } : {}),
     ...(maxMessageBytes !== undefined ? { maxMessageBytes } : {}),
     ...(maxModelRequestBytes !== undefined ? { maxModelRequestBytes } : {}),

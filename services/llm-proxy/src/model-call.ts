@@ -797,12 +797,36 @@ async function forwardStream(options: {
     abort();
   };
 
+  // A stream that has begun has no deadline of its own: it lasts as long as the provider generates. But a
+  // provider that goes silent mid-stream would hold the call, its budget hold and a connection until the
+  // session ends, so a wait for its next bytes longer than `streamIdleTimeoutMs` cuts the stream. Only the
+  // provider's silence counts: the timer, when it fires while the proxy writes to a slow client, waits again.
+  let awaitingProvider = false;
+  let stalled = false;
+  const idleMs = options.deps.retry.streamIdleTimeoutMs;
+  const idle = setTimeout(function onIdle() {
+    if (!awaitingProvider) {
+      idle.refresh();
+      return;
+    }
+    stalled = true;
+    abort();
+  }, idleMs);
   try {
     // Read as it arrives; left paused when the loop stops at the stream's last event: `discard`
     // (below) reads the rest so the connection goes back to the pool once the provider ends the response.
     chunks: for (;;) {
       const next = nextChunk(upstream);
-      const chunk = next instanceof Promise ? await next : next;
+      let chunk: Buffer | null;
+      if (next instanceof Promise) {
+        idle.refresh();
+        awaitingProvider = true;
+        try {
+          chunk = await next;
+        } finally {
+          awaitingProvider = false;
+        }
+      } else chunk = next;
       if (chunk === null) break;
       let batch = "";
       const events = splitter.push(chunk);
@@ -876,7 +900,28 @@ async function forwardStream(options: {
     // The loop stops at the stream's last event, so a connection that fails after it should not
     // get here; if it does, the provider completed the answer, and its tail still goes out once recorded.
     if (outcome === "ok" && meter.complete && delivered && !input.clientGone.aborted) finish = end;
-    else {
+    else if (stalled && !input.clientGone.aborted) {
+      outcome = "stream_cut";
+      options.deps.logger.warn(
+        { operationId: ctx.operationId, idleMs, delivered },
+        "the provider's stream went silent; it is cut off",
+      );
+      // Nothing reached the client: a stream that never began, retried like one that died before its first byte.
+      if (!delivered)
+        return {
+          status: 200,
+          outcome,
+          ...reading(),
+          delivered: false,
+          retryable: true,
+          errorCode: "stream_idle_timeout",
+        };
+      await cutOff("", {
+        status: 504,
+        type: "api_error",
+        message: `the provider sent nothing for ${idleMs} ms; the answer was cut off here (it is charged what was streamed). Try again, or raise OZ0_STREAM_IDLE_TIMEOUT_MS on the LLM proxy`,
+      });
+    } else {
       if (outcome === "ok") outcome = input.clientGone.aborted ? "client_aborted" : "stream_cut";
       if (!delivered && outcome === "stream_cut") {
         const code = (error as { code?: string }).code ?? "stream_error";
@@ -885,6 +930,7 @@ async function forwardStream(options: {
       if (delivered && !res.writableEnded) abortResponse(res);
     }
   } finally {
+    clearTimeout(idle);
     // Also when the response is complete but its end not yet read: its socket is freed on `end`.
     if (!upstream.readableEnded) discard(upstream);
   }

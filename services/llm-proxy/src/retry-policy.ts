@@ -15,6 +15,14 @@ export interface RetryPolicy {
    * Default 600 000 ms, as the provider SDKs' own timeout.
    */
   attemptTimeoutMs: number;
+  /**
+   * How long a stream that has begun may go without a byte from the provider
+   * before it is cut (a stalled provider would otherwise hold the call, its
+   * budget hold and a connection until the session ends). Default 600 000 ms:
+   * Anthropic pings every few seconds, but a reasoning model on Chat
+   * Completions may send nothing while it reasons.
+   */
+  streamIdleTimeoutMs: number;
 }
 
 export const DEFAULT_RETRY_POLICY: Readonly<RetryPolicy> = Object.freeze({
@@ -23,6 +31,7 @@ export const DEFAULT_RETRY_POLICY: Readonly<RetryPolicy> = Object.freeze({
   maxDelayMs: 8_000,
   maxRetryAfterMs: 20_000,
   attemptTimeoutMs: 600_000,
+  streamIdleTimeoutMs: 600_000,
 });
 
 const RETRYABLE = new Set([408, 429, 500, 502, 503, 504, 529]);

@@ -595,3 +595,155 @@ void describe("a stream's end", () => {
     });
   }
 });
+
+void describe("a stream that stalls", () => {
+  /** The first events of a streamed answer (usage: 10 in), each format's; then the provider goes silent. */
+  const beginnings = {
+    anthropic: [
+      [
+        "message_start",
+        {
+          type: "message_start",
+          message: {
+            id: "msg_stall",
+            type: "message",
+            role: "assistant",
+            model: "claude-sonnet-5",
+            content: [],
+            stop_reason: null,
+            usage: { input_tokens: 10, output_tokens: 1 },
+          },
+        },
+      ],
+      ["content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } }],
+      [
+        "content_block_delta",
+        { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "the start of an answer" } },
+      ],
+    ]
+      .map(([name, data]) => `event: ${name as string}\ndata: ${JSON.stringify(data)}\n\n`)
+      .join(""),
+    openai: `data: ${JSON.stringify({ id: "chatcmpl-stall", object: "chat.completion.chunk", model: "gpt-4o", choices: [{ index: 0, delta: { role: "assistant", content: "the start of an answer" }, finish_reason: null }] })}\n\n`,
+  };
+
+  /** A provider that begins each stream (`begin`: its headers and, unless "headers", its first events) and then sends nothing more. */
+  async function stallingProvider(begin: "events" | "headers") {
+    let requests = 0;
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        requests += 1;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        if (begin === "headers") res.flushHeaders();
+        else res.write(req.url!.includes("chat/completions") ? beginnings.openai : beginnings.anthropic);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return {
+      url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+      get requests() {
+        return requests;
+      },
+      close: () => {
+        server.closeAllConnections();
+        return new Promise<void>((resolve) => server.close(() => resolve()));
+      },
+    };
+  }
+
+  async function proxyIn(front: string) {
+    const price = { "*": PRICE };
+    return startFixture({
+      turns: [],
+      config: {
+        providers: [
+          { name: "anthropic", baseUrl: front, keySecret: "ANTHROPIC_API_KEY", prices: price },
+          { name: "openai", baseUrl: front, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: price },
+        ],
+        retry: { baseDelayMs: 1, maxDelayMs: 5, maxRetryAfterMs: 50, maxAttempts: 2, streamIdleTimeoutMs: 200 },
+      },
+    });
+  }
+
+  const requests = {
+    anthropic: (e: SessionEndpoint) =>
+      streamFromProxy(
+        `${e.anthropicBaseUrl}/v1/messages`,
+        { "x-api-key": e.token, ...e.headers },
+        { ...ask, stream: true },
+      ),
+    openai: (e: SessionEndpoint) =>
+      streamFromProxy(
+        `${e.openaiBaseUrl}/chat/completions`,
+        { authorization: `Bearer ${e.token}`, ...e.headers },
+        { model: "gpt-4o", max_tokens: 100, stream: true, messages: [{ role: "user", content: "x" }] },
+      ),
+  };
+
+  for (const name of ["anthropic", "openai"] as const) {
+    // Before streamIdleTimeoutMs, a provider that went silent mid-stream held the call (and its budget hold,
+    // and a connection) until the session's deadline: nothing but the stream's headers had a timeout.
+    void it(
+      `${name}: a stream the provider stops feeding is cut after streamIdleTimeoutMs with an error event, charged what was streamed, its hold freed`,
+      { timeout: 60_000 },
+      async () => {
+        const provider = await stallingProvider("events");
+        const fx = await proxyIn(provider.url);
+        try {
+          const e = await fx.session({ budgetUsd: 1 });
+          const stream = requests[name](e);
+          assert.deepEqual(await stream.done, { status: 200, ended: true }, "the stream ends, with an error event");
+          const received = stream.received();
+          assert.ok(received.includes("the start of an"), received);
+          const errorData = received
+            .split("\n")
+            .filter((line) => line.startsWith("data: "))
+            .at(-1)!
+            .slice(6);
+          const error = JSON.parse(errorData) as { type?: string; error: { type: string; message: string } };
+          if (name === "anthropic") assert.equal(error.type, "error");
+          assert.equal(error.error.type, "api_error");
+          assert.match(error.error.message, /the provider sent nothing for 200 ms; the answer was cut off here/);
+          assert.match(error.error.message, /OZ0_STREAM_IDLE_TIMEOUT_MS/);
+          assert.equal(provider.requests, 1, "never asked again once bytes reached the client");
+          const [call] = await fx.proxy.store.listCalls(e.job);
+          assert.equal(call!.outcome, "stream_cut");
+          assert.equal(call!.estimated, true);
+          assert.ok(call!.usage.output > 0 && call!.costUsd > 0, "charged what was streamed");
+          const budget = await fx.proxy.store.budgetSnapshot(e.session);
+          assert.equal(budget!.reservedUsd, 0, "the call's hold is freed");
+          assert.equal(budget!.spentUsd, call!.costUsd);
+        } finally {
+          await fx.close();
+          await provider.close();
+        }
+      },
+    );
+  }
+
+  void it(
+    "a stream whose provider sends its headers and then nothing never began: it is asked again, then answered 502",
+    { timeout: 60_000 },
+    async () => {
+      const provider = await stallingProvider("headers");
+      const fx = await proxyIn(provider.url);
+      try {
+        const e = await fx.session({ budgetUsd: 1 });
+        const r = await fetch(`${e.anthropicBaseUrl}/v1/messages`, {
+          method: "POST",
+          headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+          body: JSON.stringify({ ...ask, stream: true }),
+        });
+        assert.equal(r.status, 502);
+        assert.match(await r.text(), /after 2 attempt\(s\) \(stream_idle_timeout\)/);
+        assert.equal(provider.requests, 2);
+        const [call] = await fx.proxy.store.listCalls(e.job);
+        assert.equal(call!.outcome, "stream_cut");
+        assert.equal((await fx.proxy.store.budgetSnapshot(e.session))!.reservedUsd, 0);
+      } finally {
+        await fx.close();
+        await provider.close();
+      }
+    },
+  );
+});
