@@ -173,8 +173,10 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     stream,
   };
 
-  // The most output the call may be billed: its limit, else the default bound for each answer asked for.
-  const worstOutputTokens = request.maxOutputTokens ?? deps.defaultMaxOutputTokens * (request.answers ?? 1);
+  // The most output the call may be billed: its limit, else for each answer asked for the most the model
+  // writes (its price table's maxOutput), else the default bound.
+  const worstOutputTokens =
+    request.maxOutputTokens ?? (price?.maxOutput ?? deps.defaultMaxOutputTokens) * (request.answers ?? 1);
   let reservation: Reservation | undefined;
   if (token.budgetUsd > 0) {
     if (!price) {
@@ -462,7 +464,7 @@ interface AttemptContext {
    * indented with spaces runs far past that estimate: past this bound it is the estimate off, not a spend.
    */
   outputBound: number | undefined;
-  /** The most output tokens the call may be billed: `outputBound`, else the default bound for each answer. */
+  /** The most output tokens the call may be billed: `outputBound`, else the model's maxOutput (or the default bound) for each answer. */
   worstOutputTokens: number;
 }
 

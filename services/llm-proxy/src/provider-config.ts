@@ -11,6 +11,12 @@ export interface ModelPrice {
   output: number;
   cacheRead?: number;
   cacheWrite?: number;
+  /**
+   * The most output tokens (reasoning included) the model writes in one answer: what a call that names no
+   * output limit holds of its budget. Absent, such a call holds the proxy's default bound (32,000), which a
+   * model able to write more may pass.
+   */
+  maxOutput?: number;
 }
 
 export interface ProviderConfig {
@@ -58,12 +64,14 @@ export function defaultProviders(): ProviderConfig[] {
       name: "anthropic",
       baseUrl: "https://api.anthropic.com",
       keySecret: "ANTHROPIC_API_KEY",
+      // maxOutput matters only on the OpenAI-compatible routes (Messages requires max_tokens). An entry prices
+      // every later version of its family, so it holds the most any Claude model writes, not one version's.
       prices: {
-        "claude-opus-4": { input: 15, output: 75, cacheRead: 1.5, cacheWrite: 18.75 },
-        "claude-sonnet-4": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 },
-        "claude-sonnet-5": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 },
-        "claude-haiku-4": { input: 1, output: 5, cacheRead: 0.1, cacheWrite: 1.25 },
-        "claude-3-5-haiku": { input: 0.8, output: 4, cacheRead: 0.08, cacheWrite: 1 },
+        "claude-opus-4": { input: 15, output: 75, cacheRead: 1.5, cacheWrite: 18.75, maxOutput: 128_000 },
+        "claude-sonnet-4": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75, maxOutput: 128_000 },
+        "claude-sonnet-5": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75, maxOutput: 128_000 },
+        "claude-haiku-4": { input: 1, output: 5, cacheRead: 0.1, cacheWrite: 1.25, maxOutput: 128_000 },
+        "claude-3-5-haiku": { input: 0.8, output: 4, cacheRead: 0.08, cacheWrite: 1, maxOutput: 8_192 },
       },
     },
     {
@@ -72,15 +80,15 @@ export function defaultProviders(): ProviderConfig[] {
       keySecret: "OPENAI_API_KEY",
       auth: "bearer",
       prices: {
-        "gpt-4o": { input: 2.5, output: 10, cacheRead: 1.25 },
-        "gpt-4o-mini": { input: 0.15, output: 0.6, cacheRead: 0.075 },
-        "gpt-4.1": { input: 2, output: 8, cacheRead: 0.5 },
-        "gpt-4.1-mini": { input: 0.4, output: 1.6, cacheRead: 0.1 },
-        "gpt-4.1-nano": { input: 0.1, output: 0.4, cacheRead: 0.025 },
-        "gpt-5": { input: 1.25, output: 10, cacheRead: 0.125 },
-        "gpt-5-mini": { input: 0.25, output: 2, cacheRead: 0.025 },
-        "gpt-5-nano": { input: 0.05, output: 0.4, cacheRead: 0.005 },
-        "gpt-5-pro": { input: 15, output: 120 },
+        "gpt-4o": { input: 2.5, output: 10, cacheRead: 1.25, maxOutput: 16_384 },
+        "gpt-4o-mini": { input: 0.15, output: 0.6, cacheRead: 0.075, maxOutput: 16_384 },
+        "gpt-4.1": { input: 2, output: 8, cacheRead: 0.5, maxOutput: 32_768 },
+        "gpt-4.1-mini": { input: 0.4, output: 1.6, cacheRead: 0.1, maxOutput: 32_768 },
+        "gpt-4.1-nano": { input: 0.1, output: 0.4, cacheRead: 0.025, maxOutput: 32_768 },
+        "gpt-5": { input: 1.25, output: 10, cacheRead: 0.125, maxOutput: 128_000 },
+        "gpt-5-mini": { input: 0.25, output: 2, cacheRead: 0.025, maxOutput: 128_000 },
+        "gpt-5-nano": { input: 0.05, output: 0.4, cacheRead: 0.005, maxOutput: 128_000 },
+        "gpt-5-pro": { input: 15, output: 120, maxOutput: 272_000 },
       },
     },
     { name: "scripted", kind: "scripted", prices: { "*": { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 3.75 } } },
@@ -132,6 +140,11 @@ export function validateProviders(providers: ProviderConfig[]): ProviderConfig[]
             "invalid_argument",
             `price of ${p.name}/${model}: ${field} must be dollars per million tokens (a number, 0 or more), or left out to be the input price`,
           );
+      if (price.maxOutput !== undefined && !(Number.isSafeInteger(price.maxOutput) && price.maxOutput > 0))
+        throw new ProxyError(
+          "invalid_argument",
+          `price of ${p.name}/${model}: maxOutput must be the most output tokens the model writes in one answer (a whole number above 0), or left out for the proxy's default bound`,
+        );
     }
   }
   return providers;

@@ -240,6 +240,32 @@ void describe("budgets", () => {
     }
   });
 
+  void it("holds the model's maxOutput from the price table for a call that names no limit: a model that writes past the default bound cannot spend past the budget", async () => {
+    // gpt-5 writes up to 128,000 output tokens (reasoning included), $1.28 at $10/M; the default bound of 32,000
+    // held $0.32, so a whole answer of 100,000 tokens passed a $0.50 budget and was charged $1.00.
+    const prices = { "gpt-5": { input: 1.25, output: 10, maxOutput: 128_000 }, "*": PRICE };
+    const fx = await startFixture({
+      turns: [{ text: "a long answer", usage: { input: 10, output: 100_000 } }, { text: "fits" }],
+      prices,
+    });
+    try {
+      const e = await fx.session({ budgetUsd: 0.5 });
+      const headers = { authorization: `Bearer ${e.token}`, ...e.headers };
+      const ask = (extra: Record<string, unknown>) =>
+        post(`${e.openaiBaseUrl}/chat/completions`, { messages: [{ role: "user", content: "x" }], ...extra }, headers);
+      const refused = await ask({ model: "gpt-5" });
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(JSON.parse(refused.text).error.message, /could cost up to \$1\.28/);
+      assert.equal(fx.model.requests.length, 0, "it never reached the provider");
+      const budget = await fx.proxy.store.budgetSnapshot(e.session);
+      assert.ok(budget!.spentUsd <= budget!.limitUsd, `spent $${budget!.spentUsd} of $${budget!.limitUsd}`);
+      // A model without maxOutput holds the default bound (32,000 at $15/M, $0.48), which fits.
+      assert.equal((await ask({ model: "gpt-4.1" })).status, 200, "the control: the default bound fits");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("refuses a request whose limits it cannot read as the provider may: a limit or n that is not a whole number, or named twice", async () => {
     // A compatible server that reads JSON leniently (pydantic's default) takes "20" for 20 choices and "100000" for
     // a limit of 100,000; one that keeps a repeated name's first copy takes the limit the proxy did not read.

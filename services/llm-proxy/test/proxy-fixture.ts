@@ -8,6 +8,7 @@ import { LlmProxyService, SecretService } from "@oz0/proto/oz0/llmproxy/v1/llm_p
 import pino from "pino";
 import { startLlmProxy, type LlmProxy, type LlmProxyConfig } from "../src/index.js";
 import { memoryUsageSink } from "../src/usage-sink.js";
+import type { ModelPrice } from "../src/provider-config.js";
 import type { CallRecord } from "../src/proxy-store.js";
 import { testCredentials } from "@oz0/serving/testing";
 
@@ -53,7 +54,10 @@ let sessionCounter = 0;
 export async function startFixture(options: {
   turns: Script;
   config?: Partial<LlmProxyConfig>;
+  /** Both providers' price table; default PRICE for every model. */
+  prices?: Record<string, ModelPrice>;
 }): Promise<ProxyFixture> {
+  const prices = options.prices ?? { "*": PRICE };
   const model = await startScriptedModel({ turns: options.turns });
   const logs: string[] = [];
   const logger = pino(
@@ -69,8 +73,8 @@ export async function startFixture(options: {
   const proxy = await startLlmProxy({
     auth: testCredentials.settingsFor("llm-proxy"),
     providers: [
-      { name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } },
-      { name: "openai", baseUrl: model.url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": PRICE } },
+      { name: "anthropic", baseUrl: model.url, keySecret: "ANTHROPIC_API_KEY", prices },
+      { name: "openai", baseUrl: model.url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices },
     ],
     kek: Buffer.alloc(32, 7),
     usageSink: sink,

@@ -164,6 +164,26 @@ void describe("prices", () => {
     assert.throws(bad({ input: 1, output: 1, cacheRead: "0.3" }), /cacheRead must be dollars per million tokens/);
     assert.throws(bad({ input: 1, output: Number.POSITIVE_INFINITY }), /needs input and output dollars/);
     assert.doesNotThrow(bad({ input: 1, output: 2, cacheRead: 0.1 }));
+    for (const maxOutput of [0, 1.5, "64000", -1])
+      assert.throws(
+        bad({ input: 1, output: 1, maxOutput }),
+        /maxOutput must be the most output tokens/,
+        String(maxOutput),
+      );
+    assert.doesNotThrow(bad({ input: 1, output: 2, maxOutput: 64_000 }));
+  });
+
+  void it("gives every model of the shipped table the most output it writes, which a call naming no limit holds", () => {
+    for (const provider of defaultProviders().filter((p) => p.kind !== "scripted"))
+      for (const [model, price] of Object.entries(provider.prices ?? {}))
+        assert.ok(Number.isSafeInteger(price.maxOutput), `${provider.name}/${model} has no maxOutput`);
+    assert.equal(
+      priceOf(
+        defaultProviders().find((p) => p.name === "openai")!,
+        "gpt-5-2025-08-07",
+      )?.maxOutput,
+      128_000,
+    );
   });
 });
 
