@@ -346,9 +346,8 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
       return;
     }
     const request = bareModel !== undefined ? { ...read, model: bareModel } : read;
-    const sendBody = body.bytes(
-      bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields,
-    );
+    const upstreamFields = bareModel !== undefined ? { ...read.upstreamFields, model: bareModel } : read.upstreamFields;
+    const sendBody = body.bytes(upstreamFields);
     await traceModelCall(
       {
         incoming: req.headers,
@@ -372,6 +371,7 @@ export function createHttpApi(options: HttpApiOptions): (req: ClientRequest, res
           token,
           rawBody,
           sendBody,
+          sendBodyWith: (fields) => body.bytes({ ...upstreamFields, ...fields }),
           held,
         }),
     );

@@ -82,6 +82,8 @@ export interface ModelCallInput {
   rawBody: Buffer;
   /** The body to send upstream. */
   sendBody: Buffer;
+  /** The body to send upstream with more top-level fields set (a stream's output bounded to its hold). */
+  sendBodyWith(fields: Readonly<Record<string, unknown>>): Buffer;
   /** The call's account of bytes in flight: its request already taken, each answer taken as it arrives. */
   held: CallBytes;
 }
@@ -178,6 +180,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
   const worstOutputTokens =
     request.maxOutputTokens ?? (price?.maxOutput ?? deps.defaultMaxOutputTokens) * (request.answers ?? 1);
   let reservation: Reservation | undefined;
+  const worstCaseOf = (price: ModelPrice, outputTokens: number): number =>
+    worstCaseUsd({ price, maxOutputTokens: outputTokens, rawBytes: rawBody.length });
   if (token.budgetUsd > 0) {
     if (!price) {
       sendError(res, {
@@ -194,7 +198,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         // A harness operation's scratch session spends its parent's account.
         session: token.budgetSession ?? token.session,
         limitUsd: token.budgetUsd,
-        worstCaseUsd: worstCaseUsd({ price, maxOutputTokens: worstOutputTokens, rawBytes: rawBody.length }),
+        worstCaseUsd: worstCaseOf(price, worstOutputTokens),
         minimumUsd: costOf(price, { input: 0, output: 0, cacheRead: estimatedInput, cacheWrite: 0, reasoning: 0 }),
         partial: stream,
       });
@@ -203,6 +207,41 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       await refuseCall(deps, { res, format, common, startedAt, callStart }, "budget_refused", error);
       return;
     }
+  }
+
+  // A stream may hold less than its worst case (what is left of the budget). Its output is then bounded, in the
+  // request the provider gets, to what the hold pays for once its input is paid at its worst: a provider bills
+  // tokens it never streams (an OpenAI model's reasoning, reported with the usage at the stream's end), so
+  // cutting the stream at the event that crosses the hold came too late, and a stream on a $0.01 budget was
+  // charged $0.75.
+  // (The stream's estimate is still capped at the client's own limit, not this bound: a compatible server that
+  // writes past the bound it was sent is cut at the hold by its estimate, as before.)
+  let sendBody = input.sendBody;
+  if (reservation && price && price.output > 0 && reservation.amountUsd < worstCaseOf(price, worstOutputTokens)) {
+    const answers = request.answers ?? 1;
+    const perAnswer = Math.floor(
+      (reservation.amountUsd - worstCaseOf(price, 0)) / ((price.output * answers) / 1_000_000),
+    );
+    if (perAnswer < MIN_BOUNDED_OUTPUT) {
+      await reservation.settle(0).catch((settleError: unknown) => {
+        deps.logger.error(
+          { operationId, session: token.session, error: (settleError as Error).message },
+          "could not give back a refused call's budget reservation; its hold is freed when it expires",
+        );
+      });
+      const left = reservation.amountUsd.toFixed(4);
+      await refuseCall(
+        deps,
+        { res, format, common, startedAt, callStart },
+        "budget_refused",
+        new ProxyError(
+          "budget_exhausted",
+          `the $${left} left of the session's budget does not pay for this call's input and ${MIN_BOUNDED_OUTPUT} tokens of output at the model's prices (its input is held at a token a byte); send less input, or the session must end (an operator raises the agent's harness.max_budget_usd)`,
+        ),
+      );
+      return;
+    }
+    sendBody = input.sendBodyWith(request.outputLimitFields(perAnswer));
   }
 
   // Counted last, just before it is sent: a call refused above was never the session's to count. The
@@ -257,6 +296,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         reservation,
         outputBound: request.maxOutputTokens,
         worstOutputTokens,
+        sendBody,
       });
       const latencyMs = performance.now() - attemptStart;
       if (summary.ttftMs !== undefined && summary.delivered) firstByteMs = attemptStart - callStart + summary.ttftMs;
@@ -453,8 +493,16 @@ function worstCaseUsd(options: { price: ModelPrice; maxOutputTokens: number; raw
   return (inputTokens * dearestInput + options.maxOutputTokens * price.output) / 1_000_000;
 }
 
+/**
+ * The smallest output limit a stream's hold may bound it to: below it the call is refused (OpenAI's Responses
+ * API takes no `max_output_tokens` under 16).
+ */
+const MIN_BOUNDED_OUTPUT = 16;
+
 interface AttemptContext {
   operationId: string;
+  /** The body sent upstream: the client's, with the fields the proxy sets. */
+  sendBody: Buffer;
   price: ModelPrice | undefined;
   estimatedInput: number;
   reservation: Reservation | undefined;
@@ -604,7 +652,7 @@ async function runAttempt(deps: ModelCallDeps, input: ModelCallInput, ctx: Attem
   // It may have left while the key was read: a listener added now would never fire.
   if (input.request.stream && input.clientGone.aborted) return clientLeft();
   const attemptStart = performance.now();
-  const call = sendUpstream({ baseUrl: provider.baseUrl, path: input.upstreamPath, headers, body: input.sendBody });
+  const call = sendUpstream({ baseUrl: provider.baseUrl, path: input.upstreamPath, headers, body: ctx.sendBody });
   const onGone = call.abort;
   // A client that leaves stops a stream (the provider stops generating and bills what it
   // sent). A whole answer, once asked for, is generated and billed in full whether anyone

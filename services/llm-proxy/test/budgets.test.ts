@@ -266,6 +266,70 @@ void describe("budgets", () => {
     }
   });
 
+  void it("bounds a stream holding less than its limit to the output its hold pays for: tokens billed but never streamed cannot pass the budget", async () => {
+    // A reasoning model bills reasoning it never streams, reported only with the usage at the stream's end.
+    // The model here honours the limit it is sent, as a provider does, and reasons all of it.
+    const billed = (limit: unknown) => (typeof limit === "number" ? Math.min(limit, 50_000) : 50_000);
+    const fx = await startFixture({
+      turns: (request: ScriptedRequest) => {
+        const limit = request.body.max_completion_tokens ?? request.body.max_output_tokens ?? request.body.max_tokens;
+        return { text: "ok", usage: { input: 10, output: billed(limit), reasoning: billed(limit) - 1 } };
+      },
+    });
+    try {
+      for (const route of ["chat/completions", "responses", "messages"] as const) {
+        const e = await fx.session({ budgetUsd: 0.01 });
+        const headers = { authorization: `Bearer ${e.token}`, "x-api-key": e.token, ...e.headers };
+        const url = route === "messages" ? `${e.anthropicBaseUrl}/v1/messages` : `${e.openaiBaseUrl}/${route}`;
+        const limit = {
+          "chat/completions": "max_completion_tokens",
+          responses: "max_output_tokens",
+          messages: "max_tokens",
+        }[route];
+        const body =
+          route === "responses"
+            ? { model: "gpt-5", input: "x", stream: true, [limit]: 100_000 }
+            : { model: "gpt-5", messages: [{ role: "user", content: "x" }], stream: true, [limit]: 100_000 };
+        const answer = await post(url, body, headers);
+        assert.equal(answer.status, 200, answer.text);
+        const sent = fx.model.requests.at(-1)!.body as Record<string, number>;
+        assert.ok(
+          sent[limit]! < 700 && sent[limit]! >= 16,
+          `${route}: the provider was asked for at most ${sent[limit]} tokens`,
+        );
+        const budget = await fx.proxy.store.budgetSnapshot(e.session);
+        assert.ok(budget!.spentUsd <= budget!.limitUsd, `${route}: spent $${budget!.spentUsd} of $${budget!.limitUsd}`);
+        assert.equal(budget!.reservedUsd, 0);
+      }
+    } finally {
+      await fx.close();
+    }
+  });
+
+  void it("refuses a stream whose hold does not pay for its input and a few tokens of output", async () => {
+    const fx = await startFixture({ turns: [{ text: "never" }] });
+    try {
+      // 2,000 bytes of input at $3.75/M a byte are $0.0075, past a $0.005 budget.
+      const e = await fx.session({ budgetUsd: 0.005 });
+      const refused = await post(
+        `${e.openaiBaseUrl}/chat/completions`,
+        { model: "gpt-5", messages: [{ role: "user", content: "x".repeat(2_000) }], stream: true },
+        { authorization: `Bearer ${e.token}`, ...e.headers },
+      );
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(
+        JSON.parse(refused.text).error.message,
+        /does not pay for this call's input and 16 tokens of output/,
+      );
+      assert.equal(fx.model.requests.length, 0, "it never reached the provider");
+      const [call] = await fx.proxy.store.listCalls(e.job);
+      assert.equal(call!.outcome, "budget_refused");
+      assert.equal((await fx.proxy.store.budgetSnapshot(e.session))!.reservedUsd, 0, "its hold is given back");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("refuses a request whose limits it cannot read as the provider may: a limit or n that is not a whole number, or named twice", async () => {
     // A compatible server that reads JSON leniently (pydantic's default) takes "20" for 20 choices and "100000" for
     // a limit of 100,000; one that keeps a repeated name's first copy takes the limit the proxy did not read.

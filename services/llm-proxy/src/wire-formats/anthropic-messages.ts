@@ -243,6 +243,7 @@ export const anthropicMessages: WireFormat = {
         model: stringOf(body.field("model")),
         stream: body.field("stream") === true,
         maxOutputTokens: firstPositive(body.field("max_tokens")),
+        outputLimitFields: (tokens) => ({ max_tokens: tokens }),
         providerSide: anthropicProviderSide(body, headers),
         streamMeter: () => new AnthropicStreamMeter(),
       };

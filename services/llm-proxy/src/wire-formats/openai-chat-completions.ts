@@ -349,6 +349,15 @@ function chatOutputBound(body: RequestBody, choices: number): number | undefined
   return Math.max(...limits) * choices;
 }
 
+/**
+ * Each choice's output bounded to `tokens`: every limit the request names (a compatible server may read either),
+ * else `max_completion_tokens` (reasoning models refuse `max_tokens`).
+ */
+function chatOutputLimit(body: RequestBody, tokens: number): Record<string, number> {
+  const named = ["max_tokens", "max_completion_tokens"].filter((name) => body.field(name) != null);
+  return Object.fromEntries((named.length > 0 ? named : ["max_completion_tokens"]).map((name) => [name, tokens]));
+}
+
 /** How many choices the request asks for (`n`): 1 unless it asks for more. */
 function choicesOf(body: RequestBody): number {
   const n = body.field("n");
@@ -388,6 +397,7 @@ export const openAiChatCompletions: WireFormat = {
         model: stringOf(body.field("model")),
         stream,
         maxOutputTokens: chatOutputBound(body, choices),
+        outputLimitFields: (tokens) => chatOutputLimit(body, tokens),
         ...(choices > 1 ? { answers: choices } : {}),
         providerSide: [
           ...providerSideTools(body, CHAT_TOOL_KINDS),

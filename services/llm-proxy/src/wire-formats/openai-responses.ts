@@ -225,6 +225,7 @@ export const openAiResponses: WireFormat = {
       model: stringOf(body.field("model")),
       stream: body.field("stream") === true,
       maxOutputTokens: firstPositive(body.field("max_output_tokens")),
+      outputLimitFields: (tokens) => ({ max_output_tokens: tokens }),
       providerSide: [
         ...providerSideTools(body, RESPONSES_TOOL_KINDS),
         ...providerSideFields(body, {

@@ -89,6 +89,11 @@ export interface WireRequest {
   answers?: number;
   /** What the request asks the provider to do on its own side (provider-side-features.ts); refused unless allowed. */
   providerSide: ProviderSideUse[];
+  /**
+   * The top-level fields that bound each answer's output to `tokens` (reasoning included): set on a stream whose
+   * budget hold covers less than its limit, so the provider cannot bill past the hold.
+   */
+  outputLimitFields(tokens: number): Readonly<Record<string, unknown>>;
   /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
   upstreamFields?: Readonly<Record<string, unknown>>;
   /** A meter for one attempt's stream. */
