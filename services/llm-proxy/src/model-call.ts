@@ -217,6 +217,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
   // (The stream's estimate is still capped at the client's own limit, not this bound: a compatible server that
   // writes past the bound it was sent is cut at the hold by its estimate, as before.)
   let sendBody = input.sendBody;
+  let billableOutputTokens = worstOutputTokens;
   if (reservation && price && price.output > 0 && reservation.amountUsd < worstCaseOf(price, worstOutputTokens)) {
     const answers = request.answers ?? 1;
     const perAnswer = Math.floor(
@@ -242,6 +243,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       return;
     }
     sendBody = input.sendBodyWith(request.outputLimitFields(perAnswer));
+    billableOutputTokens = perAnswer * answers;
   }
 
   // Counted last, just before it is sent: a call refused above was never the session's to count. The
@@ -295,7 +297,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
         estimatedInput,
         reservation,
         outputBound: request.maxOutputTokens,
-        worstOutputTokens,
+        worstOutputTokens: billableOutputTokens,
         sendBody,
       });
       const latencyMs = performance.now() - attemptStart;
@@ -512,7 +514,10 @@ interface AttemptContext {
    * indented with spaces runs far past that estimate: past this bound it is the estimate off, not a spend.
    */
   outputBound: number | undefined;
-  /** The most output tokens the call may be billed: `outputBound`, else the model's maxOutput (or the default bound) for each answer. */
+  /**
+   * The most output tokens the call may be billed: `outputBound`, else the model's maxOutput (or the default bound)
+   * for each answer; a stream sent with its output bounded to its hold, that bound.
+   */
   worstOutputTokens: number;
 }
 
@@ -984,7 +989,16 @@ async function forwardStream(options: {
     // Also when the response is complete but its end not yet read: its socket is freed on `end`.
     if (!upstream.readableEnded) discard(upstream);
   }
-  const { usage, estimated } = reading();
+  const { usage: read, estimated } = reading();
+  // A client that left before the provider reported its usage stopped a stream whose bill the proxy cannot see:
+  // a provider bills tokens it never streams (an OpenAI model's reasoning, Claude's thinking behind its summary),
+  // so the text streamed says nothing of it. Charged that text alone, a session could have models reason at
+  // length and hang up before the usage came, again and again, its budget barely touched. So it is charged as a
+  // whole answer given up is: its output bound, all of it (what the hold allowed), estimated.
+  const usage =
+    outcome === "client_aborted" && estimated && read.output < ctx.worstOutputTokens
+      ? { ...read, output: ctx.worstOutputTokens }
+      : read;
   // Field by field (no spreads): see meteringRecord.
   const summary: AttemptSummary = {
     status: 200,

@@ -747,3 +747,79 @@ void describe("a stream that stalls", () => {
     },
   );
 });
+
+void describe("a stream its client leaves before the provider reports its usage", () => {
+  // A reasoning model reasons before its first visible token and bills it, but says so only in the usage chunk
+  // at the stream's end. Charged the text streamed alone, a session could hang up after the first delta, again
+  // and again, each call billed for its reasoning and charged a token or two.
+  void it(
+    "is charged its output bound, estimated: what the provider may have billed, within its hold",
+    { timeout: 60_000 },
+    async () => {
+      let hungUp!: () => void;
+      const providerHungUp = new Promise<void>((resolve) => (hungUp = resolve));
+      const provider = http.createServer((req, res) => {
+        req.resume();
+        req.on("end", () => {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          res.write(
+            `data: ${JSON.stringify({ id: "chatcmpl-left", object: "chat.completion.chunk", model: "gpt-5", choices: [{ index: 0, delta: { role: "assistant", content: "after long reasoning" }, finish_reason: null }] })}\n\n`,
+          );
+          res.on("close", hungUp);
+        });
+      });
+      await new Promise<void>((resolve) => provider.listen(0, "127.0.0.1", resolve));
+      const url = `http://127.0.0.1:${(provider.address() as { port: number }).port}`;
+      const fx = await startFixture({
+        turns: [],
+        config: {
+          providers: [
+            { name: "openai", baseUrl: url, keySecret: "OPENAI_API_KEY", auth: "bearer", prices: { "*": PRICE } },
+          ],
+        },
+      });
+      try {
+        const e = await fx.session({ budgetUsd: 1 });
+        await new Promise<void>((resolve, reject) => {
+          const req = http.request(`${e.openaiBaseUrl}/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${e.token}`, ...e.headers },
+          });
+          req.on("response", (res) => {
+            res.once("data", () => {
+              req.destroy();
+              resolve();
+            });
+          });
+          req.on("error", (error: NodeJS.ErrnoException) => (error.code === "ECONNRESET" ? undefined : reject(error)));
+          req.end(
+            JSON.stringify({
+              model: "gpt-5",
+              stream: true,
+              max_completion_tokens: 2_000,
+              messages: [{ role: "user", content: "x" }],
+            }),
+          );
+        });
+        await providerHungUp;
+        let calls = await fx.proxy.store.listCalls(e.job);
+        while (calls.length === 0) {
+          await new Promise((resolve) => setTimeout(resolve, 10));
+          calls = await fx.proxy.store.listCalls(e.job);
+        }
+        const [call] = calls;
+        assert.equal(call!.outcome, "client_aborted");
+        assert.equal(call!.estimated, true);
+        assert.equal(call!.usage.output, 2_000, "its whole output limit");
+        assert.ok(call!.costUsd >= (2_000 * PRICE.output) / 1e6, `charged ${call!.costUsd}`);
+        const budget = await fx.proxy.store.budgetSnapshot(e.session);
+        assert.equal(budget!.spentUsd, call!.costUsd);
+        assert.equal(budget!.reservedUsd, 0);
+      } finally {
+        await fx.close();
+        provider.closeAllConnections();
+        await new Promise((resolve) => provider.close(resolve));
+      }
+    },
+  );
+});
