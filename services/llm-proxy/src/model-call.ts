@@ -230,14 +230,16 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
           "could not give back a refused call's budget reservation; its hold is freed when it expires",
         );
       });
-      const left = reservation.amountUsd.toFixed(4);
+      // Worded as the budget's other refusals ("… of the session's $L budget is left"): harnesses tell a
+      // budget refusal by it (harness-claude's sdk-message-mapper.ts).
+      const leastUsd = worstCaseOf(price, MIN_BOUNDED_OUTPUT * answers);
       await refuseCall(
         deps,
         { res, format, common, startedAt, callStart },
         "budget_refused",
         new ProxyError(
           "budget_exhausted",
-          `the $${left} left of the session's budget does not pay for this call's input and ${MIN_BOUNDED_OUTPUT} tokens of output at the model's prices (its input is held at a token a byte); send less input, or the session must end (an operator raises the agent's harness.max_budget_usd)`,
+          `this stream's input and ${MIN_BOUNDED_OUTPUT} tokens of output could cost up to $${leastUsd.toFixed(4)} but only $${reservation.amountUsd.toFixed(4)} of the session's $${token.budgetUsd.toFixed(4)} budget is left (a stream's output is bounded to what its hold pays for, its input held at a token a byte); send less input, or the session must end (an operator raises the agent's harness.max_budget_usd)`,
         ),
       );
       return;

@@ -319,7 +319,7 @@ void describe("budgets", () => {
       assert.equal(refused.status, 402, refused.text);
       assert.match(
         JSON.parse(refused.text).error.message,
-        /does not pay for this call's input and 16 tokens of output/,
+        /^this stream's input and 16 tokens of output could cost up to \$0\.00\d+ but only \$0\.0050 of the session's \$0\.0050 budget is left/,
       );
       assert.equal(fx.model.requests.length, 0, "it never reached the provider");
       const [call] = await fx.proxy.store.listCalls(e.job);
