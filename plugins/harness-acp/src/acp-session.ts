@@ -15,6 +15,7 @@ import type { AgentProcess } from "./agent-process.js";
 import { parseHarnessOptions } from "./harness-options.js";
 import type { AgentSpec } from "./harness-options.js";
 import { answerPermissionRequest } from "./permission-bridge.js";
+import { proxyRefusal } from "./proxy-refusals.js";
 import { SessionUpdateMapper } from "./session-update-mapper.js";
 
 /** How long a cancelled agent has to answer its prompt with `cancelled` (inside the runtime's 10 s grace). */
@@ -330,9 +331,25 @@ export class AcpSessionRun {
     if (launch.instructionsInPrompt && request.instructions.trim() !== "")
       prompt.push({ type: "text", text: request.instructions });
     prompt.push({ type: "text", text: launch.inertInput ? launch.inertInput(request.input) : request.input });
-    const response = await call("session/prompt", () =>
+    const turn = await call("session/prompt", () =>
       connection.agent.request("session/prompt", { sessionId: created.sessionId, prompt }),
+    ).then(
+      (response) => ({ response }),
+      (error: unknown) => {
+        // The agent's model call was refused by the LLM proxy at a limit the agent set: the session reached it.
+        const refused =
+          error instanceof AcpSessionError && error.code === "request_failed" ? proxyRefusal(error.message) : undefined;
+        if (refused === undefined) throw error;
+        return { refused };
+      },
     );
+    if ("refused" in turn) {
+      session.log("info", "the prompt turn ended: the LLM proxy refused a model call", {
+        error: turn.refused.error ?? "",
+      });
+      return { ...turn.refused, text: mapper.finalText };
+    }
+    const { response } = turn;
     session.log("info", "the prompt turn ended", {
       stopReason: response.stopReason,
       cancelled: this.#cancel.signal.aborted,
