@@ -482,9 +482,17 @@ async function passThrough(args: {
   let status: number;
   let text: string;
   let contentType: string;
+  // A provider that never answers must not hold the call (its request's bytes in flight, a connection) for ever:
+  // it gets the time a model call's attempt gets for its whole answer.
+  const timeoutMs = options.retry.attemptTimeoutMs;
+  let timedOut = false;
   try {
     const call = sendUpstream({ baseUrl: provider.baseUrl, path: args.upstreamPath, headers, body: args.rawBody });
     args.signal.addEventListener("abort", call.abort);
+    const deadline = setTimeout(() => {
+      timedOut = true;
+      call.abort();
+    }, timeoutMs);
     try {
       const upstream = await call.response;
       status = upstream.statusCode ?? 502;
@@ -507,9 +515,19 @@ async function passThrough(args: {
       }
       text = scrubber.json(answer.toString("utf8"));
     } finally {
+      clearTimeout(deadline);
       args.signal.removeEventListener("abort", call.abort);
     }
   } catch (error) {
+    if (timedOut) {
+      sendError(res, {
+        format,
+        status: 504,
+        type: "api_error",
+        message: `provider ${provider.config.name} did not answer within ${timeoutMs} ms; try again later, or raise OZ0_UPSTREAM_TIMEOUT_MS on the LLM proxy`,
+      });
+      return;
+    }
     sendError(res, {
       format,
       status: 502,

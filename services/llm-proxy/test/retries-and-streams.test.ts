@@ -223,6 +223,45 @@ void describe("a provider that does not answer", () => {
   });
 });
 
+void describe("a count_tokens the provider does not answer", () => {
+  // count_tokens is passed through, not metered: it had no timeout, so a provider that never answered held the
+  // call, its request's bytes in flight and a connection for as long as the client waited.
+  void it("is given up after attemptTimeoutMs with a 504 in the route's error shape", { timeout: 60_000 }, async () => {
+    let asked = 0;
+    const provider = http.createServer((req) => {
+      req.resume();
+      asked += 1;
+    });
+    await new Promise<void>((resolve) => provider.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(provider.address() as { port: number }).port}`;
+    const fx = await startFixture({
+      turns: [],
+      config: {
+        providers: [{ name: "anthropic", baseUrl: url, keySecret: "ANTHROPIC_API_KEY", prices: { "*": PRICE } }],
+        retry: { attemptTimeoutMs: 200 },
+      },
+    });
+    try {
+      const e = await fx.session();
+      const r = await fetch(`${e.anthropicBaseUrl}/v1/messages/count_tokens`, {
+        method: "POST",
+        headers: { "x-api-key": e.token, ...e.headers, "content-type": "application/json" },
+        body: JSON.stringify({ model: "claude-sonnet-5", messages: [{ role: "user", content: "x" }] }),
+      });
+      const body = (await r.json()) as { type: string; error: { type: string; message: string } };
+      assert.equal(r.status, 504);
+      assert.equal(body.type, "error");
+      assert.equal(body.error.type, "api_error");
+      assert.match(body.error.message, /did not answer within 200 ms; .*OZ0_UPSTREAM_TIMEOUT_MS/);
+      assert.equal(asked, 1);
+    } finally {
+      await fx.close();
+      provider.closeAllConnections();
+      await new Promise((resolve) => provider.close(resolve));
+    }
+  });
+});
+
 void describe("streams cut short", () => {
   void it("records partial usage of an Anthropic stream cut mid-way and never replays it", async () => {
     const text = "This answer is long enough to be cut in the middle of its deltas, which the client sees as an error.";
