@@ -4,7 +4,7 @@
 import { mkdir } from "node:fs/promises";
 import { client, PROTOCOL_VERSION } from "@agentclientprotocol/sdk";
 import type { ClientConnection, ContentBlock } from "@agentclientprotocol/sdk";
-import { StopReason } from "@oz0/harness";
+import { proxyRefusal, StopReason } from "@oz0/harness";
 import type { HarnessSession, ResultInit } from "@oz0/harness";
 import { AcpSessionError } from "./acp-errors.js";
 import { buildAgentEnvironment, agentStateLayout } from "./agent-environment.js";
@@ -15,7 +15,6 @@ import type { AgentProcess } from "./agent-process.js";
 import { parseHarnessOptions } from "./harness-options.js";
 import type { AgentSpec } from "./harness-options.js";
 import { answerPermissionRequest } from "./permission-bridge.js";
-import { proxyRefusal } from "./proxy-refusals.js";
 import { SessionUpdateMapper } from "./session-update-mapper.js";
 
 /** How long a cancelled agent has to answer its prompt with `cancelled` (inside the runtime's 10 s grace). */

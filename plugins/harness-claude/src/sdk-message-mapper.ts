@@ -1,7 +1,7 @@
 // Turns the Claude Agent SDK's messages into harness protocol events, and its
 // final `result` message into the session's result.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
-import { StopReason, type ResultInit } from "@oz0/harness";
+import { proxyRefusal, StopReason, type ResultInit } from "@oz0/harness";
 import type { SDKMessage, SDKResultMessage } from "@anthropic-ai/claude-agent-sdk";
 import type { EventSink } from "./session-port.js";
 import type { SessionSpans } from "./session-spans.js";
@@ -34,22 +34,6 @@ function asObject(value: unknown): JsonObject {
   return value !== null && typeof value === "object" && !Array.isArray(value)
     ? (JSON.parse(JSON.stringify(value)) as JsonObject)
     : {};
-}
-
-/**
- * The LLM proxy's refusals that end a session (services/llm-proxy, "Limits"): the session made its agent's
- * limits.max_steps model calls, or spent its budget. Claude Code does not retry them (`x-should-retry: false`) and
- * says only "API Error: 402 <the proxy's message>", so they are told by the message. They end the session as the
- * SDK's own limits do, with the stop reason that says which, rather than as a failed model call.
- */
-function proxyRefusal(text: string): { stopReason: StopReason; error: string } | undefined {
-  if (!text.startsWith("API Error: 402 ")) return undefined;
-  const why = text.slice("API Error: 402 ".length);
-  if (/, its agent's limits\.max_steps\); the session must end\b/.test(why))
-    return { stopReason: StopReason.MAX_TURNS, error: `the LLM proxy refused the next model call: ${why}` };
-  if (/^the session's budget of \$[\d.]+ is exhausted\b|of the session's \$[\d.]+ budget is left\b/.test(why))
-    return { stopReason: StopReason.BUDGET_EXHAUSTED, error: `the LLM proxy refused the next model call: ${why}` };
-  return undefined;
 }
 
 function count(value: unknown): number {

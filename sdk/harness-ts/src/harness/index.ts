@@ -23,4 +23,5 @@ export { traceContextFrom } from "./trace-context.js";
 export type { TraceContext } from "./trace-context.js";
 export { sessionContext, sessionTracer } from "./session-tracer.js";
 export { realTarget } from "./working-dir-paths.js";
+export { proxyRefusal } from "./proxy-refusals.js";
 export { PermissionAnswer_Outcome, StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";

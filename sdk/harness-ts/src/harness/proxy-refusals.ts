@@ -1,11 +1,13 @@
 // The LLM proxy's refusals that end a session (services/llm-proxy, "Model calls" and "Budgets"): the session
 // made its agent's limits.max_steps model calls, or spent its budget. The proxy answers 402 with its error type
-// `model_calls_exhausted` or `budget_exhausted`. Claude Code (behind claude-agent-acp) does not retry it and ends
-// its turn with "API Error: 402 " and the proxy's error body as it came (or, in some versions, its message
-// alone); claude-agent-acp answers session/prompt with that text as a JSON-RPC error. Other agents word a failed
-// model call their own way, which is not read here: for them a refusal stays a failed request.
-import { StopReason } from "@oz0/harness";
-import type { ResultInit } from "@oz0/harness";
+// `model_calls_exhausted` or `budget_exhausted`, and the session should end as those limits do (max_turns,
+// budget_exhausted), not as a failed model call. Read here as Claude Code reports a call it does not retry:
+// "API Error: 402 " and the proxy's error body as it came (or, in some versions, its message alone), which
+// harness-claude gets as the SDK's result and claude-agent-acp sends as the JSON-RPC error of session/prompt.
+// Other agents word a failed model call their own way; a harness that reads the proxy's answer itself passes
+// `API Error: 402 <body>` too.
+import { StopReason } from "@oz0/proto/oz0/harness/v1/harness_pb";
+import type { ResultInit } from "./harness-session.js";
 
 const MARK = "API Error: 402 ";
 
