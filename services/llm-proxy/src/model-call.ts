@@ -847,7 +847,8 @@ async function forwardStream(options: {
       });
       delivered = true;
     } else {
-      await deliver(tail + batch + calls.streamErrorEvent(cut.type, cut.message));
+      // Through the scrubber: the text it holds back (a run that might begin the key) goes out before the error.
+      await deliver(tail + batch + streamScrubber.push(calls.streamErrorEvent(cut.type, cut.message)));
       tail = "";
       finish = end;
     }

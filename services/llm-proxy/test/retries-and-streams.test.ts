@@ -733,12 +733,17 @@ void describe("a stream that stalls", () => {
           const stream = requests[name](e);
           assert.deepEqual(await stream.done, { status: 200, ended: true }, "the stream ends, with an error event");
           const received = stream.received();
-          assert.ok(received.includes("the start of an"), received);
-          const errorData = received
+          const data = received
             .split("\n")
             .filter((line) => line.startsWith("data: "))
-            .at(-1)!
-            .slice(6);
+            .map((line) => JSON.parse(line.slice(6)) as Record<string, never>);
+          const text = data
+            .map((d) => (name === "anthropic" ? d["delta"]?.["text"] : d["choices"]?.[0]?.["delta"]?.["content"]) ?? "")
+            .join("");
+          // The key scrubber holds back the run that ends the text so far ("answer": it might begin the key);
+          // what it held goes out before the error event, not lost with the cut.
+          assert.equal(text, "the start of an answer", received);
+          const errorData = JSON.stringify(data.at(-1));
           const error = JSON.parse(errorData) as { type?: string; error: { type: string; message: string } };
           if (name === "anthropic") assert.equal(error.type, "error");
           assert.equal(error.error.type, "api_error");
