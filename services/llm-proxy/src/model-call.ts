@@ -223,7 +223,8 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     const perAnswer = Math.floor(
       (reservation.amountUsd - worstCaseOf(price, 0)) / ((price.output * answers) / 1_000_000),
     );
-    if (perAnswer < MIN_BOUNDED_OUTPUT) {
+    const leastOutput = Math.max(MIN_BOUNDED_OUTPUT, request.minBoundedOutput ?? 0);
+    if (perAnswer < leastOutput) {
       await reservation.settle(0).catch((settleError: unknown) => {
         deps.logger.error(
           { operationId, session: token.session, error: (settleError as Error).message },
@@ -232,14 +233,14 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
       });
       // Worded as the budget's other refusals ("… of the session's $L budget is left"): harnesses tell a
       // budget refusal by it (harness-claude's sdk-message-mapper.ts).
-      const leastUsd = worstCaseOf(price, MIN_BOUNDED_OUTPUT * answers);
+      const leastUsd = worstCaseOf(price, leastOutput * answers);
       await refuseCall(
         deps,
         { res, format, common, startedAt, callStart },
         "budget_refused",
         new ProxyError(
           "budget_exhausted",
-          `this stream's input and ${MIN_BOUNDED_OUTPUT} tokens of output could cost up to $${leastUsd.toFixed(4)} but only $${reservation.amountUsd.toFixed(4)} of the session's $${token.budgetUsd.toFixed(4)} budget is left (a stream's output is bounded to what its hold pays for, its input held at a token a byte); send less input, or the session must end (an operator raises the agent's harness.max_budget_usd)`,
+          `this stream's input and ${leastOutput} tokens of output${leastOutput > MIN_BOUNDED_OUTPUT ? " (its extended thinking's least)" : ""} could cost up to $${leastUsd.toFixed(4)} but only $${reservation.amountUsd.toFixed(4)} of the session's $${token.budgetUsd.toFixed(4)} budget is left (a stream's output is bounded to what its hold pays for, its input held at a token a byte); send less input, or the session must end (an operator raises the agent's harness.max_budget_usd)`,
         ),
       );
       return;

@@ -306,6 +306,45 @@ void describe("budgets", () => {
     }
   });
 
+  void it("bounds an Anthropic stream's extended thinking under its bounded max_tokens, and refuses one its hold cannot give the least thinking", async () => {
+    const fx = await startFixture({ turns: () => ({ text: "ok", usage: { input: 10, output: 900 } }) });
+    try {
+      const ask = async (budgetUsd: number) => {
+        const e = await fx.session({ budgetUsd });
+        return post(
+          `${e.anthropicBaseUrl}/v1/messages`,
+          {
+            model: "gpt-5",
+            messages: [{ role: "user", content: "x" }],
+            stream: true,
+            max_tokens: 100_000,
+            thinking: { type: "enabled", budget_tokens: 50_000 },
+          },
+          { "x-api-key": e.token, ...e.headers },
+        );
+      };
+      const answer = await ask(0.05);
+      assert.equal(answer.status, 200, answer.text);
+      const sent = fx.model.requests.at(-1)!.body as { max_tokens: number; thinking: { budget_tokens: number } };
+      // Anthropic refuses a thinking budget not below max_tokens, and one under 1,024.
+      assert.ok(sent.max_tokens < 100_000, `max_tokens ${sent.max_tokens}`);
+      assert.ok(
+        sent.thinking.budget_tokens < sent.max_tokens && sent.thinking.budget_tokens >= 1_024,
+        `budget_tokens ${sent.thinking.budget_tokens} under max_tokens ${sent.max_tokens}`,
+      );
+      const requests = fx.model.requests.length;
+      const refused = await ask(0.01);
+      assert.equal(refused.status, 402, refused.text);
+      assert.match(
+        JSON.parse(refused.text).error.message,
+        /^this stream's input and 1025 tokens of output \(its extended thinking's least\) could cost up to \$[\d.]+ but only \$0\.0100 of the session's \$0\.0100 budget is left/,
+      );
+      assert.equal(fx.model.requests.length, requests, "it never reached the provider");
+    } finally {
+      await fx.close();
+    }
+  });
+
   void it("refuses a stream whose hold does not pay for its input and a few tokens of output", async () => {
     const fx = await startFixture({ turns: [{ text: "never" }] });
     try {

@@ -230,6 +230,28 @@ export function anthropicProviderSide(
   ];
 }
 
+/** The least `thinking.budget_tokens` Anthropic takes; it must also be below `max_tokens`. */
+const MIN_THINKING_BUDGET = 1_024;
+
+/** The `budget_tokens` of a request's extended thinking, when it enables it with one. */
+function thinkingBudget(body: RequestBody): number | undefined {
+  const thinking = body.field("thinking");
+  return isObject(thinking) && thinking.type === "enabled" && typeof thinking.budget_tokens === "number"
+    ? thinking.budget_tokens
+    : undefined;
+}
+
+/**
+ * `max_tokens` bounded to `tokens`, and the thinking budget under it: Anthropic refuses (400) a
+ * `budget_tokens` not below `max_tokens`, so a stream bounded to its hold near the budget's end would fail.
+ */
+function anthropicOutputLimit(body: RequestBody, tokens: number): Record<string, unknown> {
+  const budget = thinkingBudget(body);
+  if (budget === undefined || budget < tokens) return { max_tokens: tokens };
+  const thinking = body.field("thinking") as Record<string, unknown>;
+  return { max_tokens: tokens, thinking: { ...thinking, budget_tokens: Math.max(MIN_THINKING_BUDGET, tokens - 1) } };
+}
+
 export const anthropicMessages: WireFormat = {
   name: "anthropic",
   route: "messages",
@@ -243,7 +265,8 @@ export const anthropicMessages: WireFormat = {
         model: stringOf(body.field("model")),
         stream: body.field("stream") === true,
         maxOutputTokens: firstPositive(body.field("max_tokens")),
-        outputLimitFields: (tokens) => ({ max_tokens: tokens }),
+        outputLimitFields: (tokens) => anthropicOutputLimit(body, tokens),
+        ...(thinkingBudget(body) !== undefined ? { minBoundedOutput: MIN_THINKING_BUDGET + 1 } : {}),
         providerSide: anthropicProviderSide(body, headers),
         streamMeter: () => new AnthropicStreamMeter(),
       };

@@ -94,6 +94,8 @@ export interface WireRequest {
    * budget hold covers less than its limit, so the provider cannot bill past the hold.
    */
   outputLimitFields(tokens: number): Readonly<Record<string, unknown>>;
+  /** The fewest output tokens {@link outputLimitFields} can bound this request to (Anthropic's extended thinking: 1,025). */
+  minBoundedOutput?: number;
   /** Top-level fields the proxy sets before the request goes upstream (OpenAI streams are asked for their usage). */
   upstreamFields?: Readonly<Record<string, unknown>>;
   /** A meter for one attempt's stream. */
