@@ -34,11 +34,19 @@ import { startTestOidcIssuer, type TestOidcIssuer } from "../src/testing.js";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-/** Every .proto under proto/, with the generated module it becomes. */
+/**
+ * Proto folders of services no Orchestrator Zero service serves: OTLP's trace service is the collector's (the
+ * sandbox's trace relay reads its export messages and posts them over HTTP).
+ */
+const NOT_SERVED = new Set([path.join(repoRoot, "proto", "opentelemetry")]);
+
+/** Every .proto under proto/ of a service served here, with the generated module it becomes. */
 function protoFiles(dir = path.join(repoRoot, "proto")): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? protoFiles(path.join(dir, e.name)) : e.name.endsWith(".proto") ? [path.join(dir, e.name)] : [],
-  );
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const entry = path.join(dir, e.name);
+    if (e.isDirectory()) return NOT_SERVED.has(entry) ? [] : protoFiles(entry);
+    return e.name.endsWith(".proto") ? [entry] : [];
+  });
 }
 
 async function methodsOf(modulePath: string): Promise<string[]> {
