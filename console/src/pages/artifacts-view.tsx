@@ -1,8 +1,11 @@
 // The job's artifacts; a patch is shown as a diff (added and removed lines
 // marked by colour and by their +/- prefix, so the meaning never rests on
-// colour alone), any other text as is.
+// colour alone), any other text as is. A patch is code a model wrote, read
+// here before it is applied: it is shown as exactly as a tool's input is
+// (every character a page draws as nothing an escape, left to right whatever
+// its letters), so it cannot read as another patch.
 import type { Artifact } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
-import { count, visible } from "../format.js";
+import { count, visible, visibleExactly } from "../format.js";
 
 /** Lines beyond this are left out of the page (the artifact is whole on disk). */
 const MAX_LINES = 2_000;
@@ -55,11 +58,11 @@ function Diff({ text }: { text: string }) {
   const shown = lines.slice(0, MAX_LINES);
   return (
     <>
-      <pre class="diff" data-testid="diff" tabIndex={0}>
+      <pre class="diff patch" data-testid="diff" tabIndex={0}>
         {shown.map((line, i) => (
           <span key={i} class={`diff-${kindOf(line)}`}>
-            {/* A patch is reviewed, then applied: an override in it must not make it read as another. */}
-            {visible(line)}
+            {/* A patch is reviewed, then applied: `is\u200b_admin` is another name than the `is_admin` it reads as. */}
+            {visibleExactly(line)}
             {"\n"}
           </span>
         ))}
