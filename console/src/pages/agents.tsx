@@ -4,13 +4,17 @@
 // immutable, so what is shown for a version is what every job pinned to it ran.
 // A plugin's author writes every text here: each is shown through visible()
 // (format.ts), so a bidirectional override or a control character in it is
-// shown as an escape, not obeyed, as in a job's patch.
+// shown as an escape, not obeyed, as in a job's patch. What the agent runs
+// with or tells its model (operation keys, skills, the instructions, the
+// definition, and so the diff) goes through visibleExactly() besides: a
+// character a page draws as nothing is an escape there too, emoji's joiners
+// included, so a version cannot carry words the reviewer did not see.
 import { useState } from "preact/hooks";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { BudgetSource, type AgentVersion } from "@oz0/proto/oz0/orchestrator/v1/orchestrator_pb";
 import { agents } from "../api.js";
 import { diffLines, withContext } from "../diff.js";
-import { clock, dateOf, usd, visible } from "../format.js";
+import { clock, dateOf, usd, visible, visibleExactly } from "../format.js";
 import { useRead } from "../reads.js";
 import { href } from "../router.js";
 
@@ -192,7 +196,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <ul data-testid="operations">
           {operations.map((op) => (
             <li key={String(op.key)}>
-              <code>{visible(String(op.key))}</code> {op.description ? visible(String(op.description)) : ""}{" "}
+              <code>{visibleExactly(String(op.key))}</code> {op.description ? visible(String(op.description)) : ""}{" "}
               {op.timeout_ms ? <span class="muted">(timeout {Number(op.timeout_ms) / 1000} s)</span> : null}
             </li>
           ))}
@@ -205,14 +209,14 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <ul data-testid="skills">
           {skills.map((s, i) => (
             <li key={i}>
-              <code>{visible(typeof s === "string" ? s : stable(s))}</code>
+              <code>{visibleExactly(typeof s === "string" ? s : stable(s))}</code>
             </li>
           ))}
         </ul>
       )}
       <h2>Instructions</h2>
       {typeof instructions === "string" ? (
-        <pre data-testid="instructions">{visible(instructions)}</pre>
+        <pre data-testid="instructions">{visibleExactly(instructions)}</pre>
       ) : (
         <p class="muted">None.</p>
       )}
@@ -220,7 +224,7 @@ function VersionView({ agent }: { agent: AgentVersion }) {
         <summary>
           <h2 class="inline">Definition</h2> <span class="muted">(the whole of it, as published)</span>
         </summary>
-        <pre data-testid="definition">{visible(stable(rest))}</pre>
+        <pre data-testid="definition">{visibleExactly(stable(rest))}</pre>
       </details>
     </>
   );
@@ -258,12 +262,13 @@ function VersionDiff({ from, to }: { from: AgentVersion; to: AgentVersion }) {
 }
 
 /**
- * What a diff compares: the definition, then the rendered instructions, visible(): a plugin's author writes them,
- * and a new version is reviewed here before it runs, so an override in it must not make it read as another.
+ * What a diff compares: the definition, then the rendered instructions, visibleExactly(): a plugin's author writes
+ * them, and a new version is reviewed here before it runs, so neither an override nor a character a page draws as
+ * nothing (tag characters spell words a model reads and no page shows) may make it read as another.
  */
 function documentOf(agent: AgentVersion): string {
   const { instructions_text: instructions, ...rest } = (agent.definition ?? {}) as JsonObject;
-  return visible(`${stable(rest)}\n# instructions\n${typeof instructions === "string" ? instructions : ""}`);
+  return visibleExactly(`${stable(rest)}\n# instructions\n${typeof instructions === "string" ? instructions : ""}`);
 }
 
 /** Indented JSON with keys in order, so two versions line up. */
