@@ -4,7 +4,11 @@
 // live status (from the run's public lifecycle events), how many times it
 // ran (a loop's iterations), which arms of a choice were taken, and the
 // graph manager's decisions; the statuses follow the run's transcript as
-// the orchestrator streams it (WatchJobTranscript).
+// the orchestrator streams it (WatchJobTranscript). A plugin's author writes
+// the definition: its ids, labels and names are shown through visibleExactly()
+// (format.ts), as a tool's name is, since they decide what runs (an arm whose
+// label holds a zero-width space is never the one its answer takes), so an
+// override or a character a page draws as nothing is an escape, not obeyed.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { agents, jobs } from "../api.js";
 import { clock, dateOf, isTerminal, json, stateName, visible, visibleExactly } from "../format.js";
@@ -46,7 +50,7 @@ export function GraphsPage() {
           <li key={g.name} data-graph={g.name}>
             <a href={href({ page: "graph", name: g.name, run: "" })}>{g.name}</a> v{g.version}{" "}
             <span class="muted">
-              ({g.plugin} {g.pluginVersion})
+              ({visible(g.plugin)} {visible(g.pluginVersion)})
             </span>
           </li>
         ))}
@@ -157,8 +161,10 @@ function GraphView({
   return (
     <figure class="graph" aria-labelledby="graph-caption" data-testid="graph">
       <figcaption id="graph-caption">
-        <code>{String(definition.id ?? "")}</code>
-        {definition.managerAgent ? <span class="muted"> · manager agent:{String(definition.managerAgent)}</span> : null}
+        <code>{visibleExactly(String(definition.id ?? ""))}</code>
+        {definition.managerAgent ? (
+          <span class="muted"> · manager agent:{visibleExactly(String(definition.managerAgent))}</span>
+        ) : null}
         {steps ? (
           <span class="muted"> · statuses live from the run's events</span>
         ) : (
@@ -198,7 +204,7 @@ function NodeView({ node, place, drawing }: { node: JsonObject; place: Place; dr
   return (
     <li class={`node node-kind-${kind}`} data-node={id} data-status={status ?? ""}>
       <span class="node-head">
-        <code>{id}</code> <span class="muted">{describe(node)}</span> {badge}
+        <code>{visibleExactly(id)}</code> <span class="muted">{visibleExactly(describe(node))}</span> {badge}
         {runs > 1 ? <span class="muted"> · ran {runs} times</span> : null}
         {iterations > 0 ? <span class="muted"> · iteration {iterations}</span> : null}
       </span>
@@ -270,7 +276,7 @@ function ChoiceArms({ node, place, drawing }: { node: JsonObject; place: Place; 
             data-taken={taken === undefined ? "" : String(taken)}
           >
             <span class="muted">
-              {arm.label}
+              {visibleExactly(arm.label)}
               {mark}
             </span>
             <FlowView flow={arm.flow} base={arm.place} drawing={drawing} />
@@ -283,8 +289,8 @@ function ChoiceArms({ node, place, drawing }: { node: JsonObject; place: Place; 
 
 function SubgraphView({ name, place, drawing }: { name: string; place: Place; drawing: Drawing }) {
   const flow = drawing.graphs[name];
-  if (!flow) return <p class="muted">(undefined subgraph {name})</p>;
-  if (drawing.expanding.includes(name)) return <p class="muted">(cycle: {name})</p>;
+  if (!flow) return <p class="muted">(undefined subgraph {visibleExactly(name)})</p>;
+  if (drawing.expanding.includes(name)) return <p class="muted">(cycle: {visibleExactly(name)})</p>;
   // A subgraph's steps sit below the graph node's own path.
   return <FlowView flow={flow} base={place} drawing={{ ...drawing, expanding: [...drawing.expanding, name] }} />;
 }

@@ -6,7 +6,7 @@
 // space in an identifier, tag characters spelling words only a model reads)
 // made a patch or a version read as another (attacker review).
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -19,7 +19,7 @@ import {
   openConsole,
   writeGuardedPlugin,
 } from "./support/console-browser.js";
-import { commitAll, eventually, startTestStack, type TestStack } from "./support/test-stack.js";
+import { commitAll, eventually, repoRoot, startTestStack, type TestStack } from "./support/test-stack.js";
 
 let t: TestStack;
 let browser: Browser;
@@ -109,5 +109,30 @@ void test("a new version's hidden words (tag characters, a zero-width space) sho
       `${what}: nothing drawn as nothing: ${JSON.stringify(shown)}`,
     );
   }
+  await page.close();
+});
+
+void test("a graph's node ids and a choice's labels show their hidden characters and overrides as escapes", async (ctx) => {
+  const copy = mkdtempSync(path.join(os.tmpdir(), "oz0-graphs-hidden-"));
+  ctx.after(() => rmSync(copy, { recursive: true, force: true }));
+  cpSync(path.join(repoRoot, "examples", "plugins", "support-graphs"), copy, { recursive: true });
+  const inbox = path.join(copy, "graphs", "inbox.yaml");
+  // An arm whose label reads bug_report is never the one a `bug_report` answer takes; a node id reads reversed.
+  writeFileSync(
+    inbox,
+    readFileSync(inbox, "utf8")
+      .replace("label: bug_report", 'label: "bug_report\\u200b"')
+      .replace("id: choice:email-triage", 'id: "choice:\\u202eegairt-liame"'),
+  );
+  await owner().plugins.installPlugin({ source: copy });
+
+  const page = await openConsole(browser, t.url, t.stack.ownerToken);
+  await page.goto(`${t.url}/#/graphs/inbox`);
+  const graph = page.getByTestId("graph");
+  await graph.waitFor();
+  const shown = (await graph.textContent()) ?? "";
+  assert.ok(shown.includes('when "bug_report\\u200b"'), `the label's zero-width space is an escape: ${shown}`);
+  assert.ok(shown.includes("choice:\\u202eegairt-liame"), `the node id's override is an escape: ${shown}`);
+  assert.ok(!/[\u202e\p{Default_Ignorable_Code_Point}]/u.test(shown), `nothing hidden or obeyed: ${shown}`);
   await page.close();
 });
