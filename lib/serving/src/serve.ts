@@ -13,7 +13,7 @@ import { ServerReflection as ReflectionV1 } from "@oz0/proto/grpc/reflection/v1/
 import { ServerReflection as ReflectionV1alpha } from "@oz0/proto/grpc/reflection/v1alpha/reflection_pb";
 import type { AddressInfo, Server as TcpServer } from "node:net";
 import { ACCESS_TABLE } from "./auth/access-table.js";
-import { accessGate } from "./auth/auth-interceptor.js";
+import { accessGate, streamsEndWithTheirCredential } from "./auth/auth-interceptor.js";
 import type { Authenticator } from "./auth/authenticator.js";
 import { RefusalLog } from "./auth/refusal-log.js";
 import { hiddenUnexpected, unexpectedErrorInterceptor } from "./error-interceptor.js";
@@ -134,11 +134,12 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
   const hint = options.credentialHint ? { credentialHint: options.credentialHint } : {};
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const refusals = new RefusalLog({ logger });
-  const gate = accessGate(options.auth, {
+  const gateOptions = {
     ...hint,
-    unexpected: (error, procedure) => hiddenUnexpected(error, logger, procedure),
+    unexpected: (error: unknown, procedure: string) => hiddenUnexpected(error, logger, procedure),
     refusals,
-  });
+  };
+  const gate = accessGate(options.auth, gateOptions);
   const routes = (router: ConnectRouter): void => {
     for (const { service, impl } of options.services) router.service(service, impl);
     router.service(Health, health.service());
@@ -169,6 +170,8 @@ export async function serve(options: ServeOptions): Promise<RunningServer> {
     interceptors: [
       // First: it puts back the request messages the body check decoded (connect parsed empty ones).
       handingOnDecodedMessages(),
+      // The gate decides once a call opens; a stream is asked again before each message it sends.
+      streamsEndWithTheirCredential(options.auth, gateOptions),
       traceServer({ untraced: untracedOrProbe(options.untracedRpcs) }),
       unexpectedErrorInterceptor(logger),
       ...(options.interceptors ?? []),

@@ -484,3 +484,64 @@ void describe("OIDC people", () => {
     );
   });
 });
+
+void describe("a stream and its credential", () => {
+  // The gate checked a call's credential once, when it opened: a stream (WatchJobs never ends by itself) went on
+  // sending every job's changes to a console session that was logged out, or whose person was taken out of the
+  // configuration (attacker review).
+  void it("ends a streaming call with the gate's refusal at its first message after the credential ended", async () => {
+    const open = new Set([credentialDigest("dora-session")]);
+    const sessions: SessionCredentials = {
+      sessionOf: (digest) =>
+        open.has(digest)
+          ? {
+              principal: { kind: "person", id: "dora", groups: [], roles: new Set(), via: "console" },
+              origin: "token",
+            }
+          : undefined,
+    };
+    const people = parsePeopleConfig(
+      `roles:\n  viewer: { users: [dora] }\ntokens:\n  - { user: dora, sha256: ${credentialDigest("dora-token")} }\n`,
+      "auth.yaml",
+    );
+    let release!: () => void;
+    const server = await serve({
+      name: "stream-test",
+      port: 0,
+      auth: new Authenticator({ people, sessions }),
+      services: [
+        registration(JobService, {
+          async *watchJobs() {
+            yield {};
+            // The next change comes once the test has logged the session out.
+            await new Promise<void>((resolve) => (release = resolve));
+            yield {};
+            yield {};
+          },
+        }),
+      ],
+    });
+    try {
+      const jobs = createClient(JobService, createGrpcTransport({ baseUrl: server.url }));
+      const received: string[] = [];
+      const watching = (async () => {
+        for await (const _ of jobs.watchJobs({}, { headers: { authorization: "Bearer dora-session" } })) {
+          received.push("change");
+          if (received.length === 1) {
+            open.delete(credentialDigest("dora-session"));
+            release();
+          }
+        }
+      })();
+      await assert.rejects(watching, (e: unknown) => {
+        const err = ConnectError.from(e);
+        assert.equal(err.code, Code.Unauthenticated, err.rawMessage);
+        assert.match(err.rawMessage, /WatchJobs: the credential is not one this service accepts/);
+        return true;
+      });
+      assert.deepEqual(received, ["change"], "nothing is sent once the session has ended");
+    } finally {
+      await server.close({ graceMs: 0 });
+    }
+  });
+});

@@ -2,7 +2,7 @@
 // (Unauthenticated when nobody can be told), and whether the access table
 // lets them (PermissionDenied naming what is needed). The principal is put on
 // the call's context for handlers (principalOf).
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { ACCESS_TABLE, shortMethodName, type Access } from "./access-table.js";
 import type { Authenticator } from "./authenticator.js";
 import { describePrincipal, principalKey, type Principal } from "./principal.js";
@@ -43,6 +43,50 @@ export function accessGate(
     }
     if (principal) context.values.set(principalKey, principal);
   };
+}
+
+/**
+ * The gate again, before each message a streaming call sends: the gate checks
+ * a call's credential once, when it opens, and a stream outlived it (WatchJobs
+ * never ends by itself, so a console logged out, a token expired or a person
+ * taken out of the configuration went on being sent every job's changes). The
+ * call ends with the gate's refusal instead of the message; a stream with
+ * nothing to send holds nothing back. Open methods are not asked again.
+ */
+export function streamsEndWithTheirCredential(
+  authenticator: Authenticator,
+  options: {
+    credentialHint?: string;
+    unexpected?: (error: unknown, procedure: string) => unknown;
+    refusals?: RefusalLog;
+  } = {},
+): Interceptor {
+  const check = accessCheck(authenticator, options);
+  return (next) => async (request) => {
+    const response = await next(request);
+    const method = `${request.service.typeName}/${request.method.name}`;
+    const access = ACCESS_TABLE[method];
+    if (!response.stream || !access || "open" in access) return response;
+    const authorization = request.header.get("authorization");
+    const stillAdmitted = async (): Promise<void> => {
+      try {
+        await check(method, authorization);
+      } catch (error) {
+        throw options.unexpected && !(error instanceof ConnectError)
+          ? options.unexpected(error, request.method.name)
+          : error;
+      }
+    };
+    return { ...response, message: checkedBeforeEach(response.message, stillAdmitted) };
+  };
+}
+
+/** `messages`, each sent only once `check` passes; when it throws, the source is closed and the stream fails. */
+async function* checkedBeforeEach<T>(messages: AsyncIterable<T>, check: () => Promise<void>): AsyncIterable<T> {
+  for await (const message of messages) {
+    await check();
+    yield message;
+  }
 }
 
 /**
