@@ -35,7 +35,13 @@ export interface ToolRow extends Timed {
   callId: string;
   tool: string;
   title: string;
+  /** The input its permission was asked for, once it asked (what was allowed or denied); else its tool_call's. */
   input: JsonObject | undefined;
+  /**
+   * The input the harness's tool_call announced, when the call asked permission for another: the harness writes
+   * both, and nothing makes them agree, so the row shows what was answered and this beside it.
+   */
+  announcedInput: JsonObject | undefined;
   /** Set when the call asked permission. */
   asked: boolean;
   decision: PermissionDecision | undefined;
@@ -79,6 +85,7 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         tool,
         title: "",
         input: undefined,
+        announcedInput: undefined,
         asked: false,
         decision: undefined,
         pendingAt: undefined,
@@ -128,13 +135,17 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
         const row = toolRow(e.value.callId, at, e.value.tool);
         row.tool = e.value.tool;
         row.title = e.value.title;
-        row.input = e.value.input;
+        // Once asked, the input answered for stays the row's: a tool_call (before the request, or announced again
+        // after the answer) showed an input nobody was asked about under "allowed by …".
+        if (row.asked) row.announcedInput = differentInput(e.value.input, row.input) ?? row.announcedInput;
+        else row.input = e.value.input;
         break;
       }
       case "permissionRequested": {
         const row = toolRow(e.value.callId || e.value.id, at, e.value.tool);
+        if (!row.asked) row.announcedInput = differentInput(row.input, e.value.input);
         row.asked = true;
-        row.input ??= e.value.input;
+        row.input = e.value.input;
         break;
       }
       case "permissionDecision": {
@@ -178,6 +189,20 @@ export function fold(events: readonly JobEvent[]): { rows: Row[]; totals: Totals
     }
   }
   return { rows, totals };
+}
+
+/** `announced`, when it is not the input that was asked about; undefined when they agree (in any key order). */
+function differentInput(announced: JsonObject | undefined, asked: JsonObject | undefined): JsonObject | undefined {
+  return announced === undefined || sameJson(announced, asked) ? undefined : announced;
+}
+
+function sameJson(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b))
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((v, i) => sameJson(v, b[i]));
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => Object.hasOwn(b, k) && sameJson(a[k], b[k]));
 }
 
 function jsonOf(value: Value | undefined): JsonValue | undefined {

@@ -105,6 +105,15 @@ export function CallDetails({ row }: { row: ToolRow }) {
     <details>
       <summary>input{row.result ? " and output" : ""}</summary>
       <pre>{json(row.input)}</pre>
+      {row.announcedInput ? (
+        <>
+          <p class="muted" data-testid="announced-input">
+            The harness announced this call with another input than it asked about (the input above is the one
+            answered):
+          </p>
+          <pre>{json(row.announcedInput)}</pre>
+        </>
+      ) : null}
       {changed ? (
         <>
           <p class="muted">changed by {visible(row.decision?.answeredBy ?? "") || "the answer"} to:</p>
