@@ -127,15 +127,27 @@ function App() {
     );
   }
   const logOut = async (): Promise<void> => {
-    const session = storedSession();
-    await login.logout({}).catch(() => undefined);
+    const before = storedSession();
+    const loggedOut = await login.logout({}).then(
+      () => true,
+      () => false,
+    );
+    // The call may have renewed the ID token first: the one the orchestrator logged out is the one stored now.
+    const session = storedSession() ?? before;
+    // Told, or expired: the ID token is worth nothing at the orchestrator any more.
+    const told = loggedOut || (session?.expiresAt ?? 0) <= Date.now();
     forgetSession();
     setMe(undefined);
     setLoginProblem(undefined);
-    // An OIDC log-in ends at the issuer too: its refresh token revoked, its session ended (the issuer's page, then back).
-    if (session?.via === "oidc" && oidc && (await endOidcSession(oidc, session))) return;
+    // An OIDC log-in ends at the issuer too: its refresh token revoked, its session ended (the issuer's page, then
+    // back). Ending it puts the ID token in an address (id_token_hint), worthless only once the orchestrator was told.
+    if (session?.via === "oidc" && oidc && (await endOidcSession(oidc, session, { endIssuerSession: told }))) return;
     setLoginNotice(
-      session?.via === "oidc" && oidc ? `Logged out here; still logged in at ${issuerName(oidc)}.` : undefined,
+      session?.via === "oidc" && oidc
+        ? told
+          ? `Logged out here; still logged in at ${issuerName(oidc)}.`
+          : `Logged out here. The orchestrator could not be told, so your session at ${issuerName(oidc)} was left open (ending it would put your ID token, still valid, in an address): log out there yourself.`
+        : undefined,
     );
     replaceRoute({ page: "login", code: undefined });
   };

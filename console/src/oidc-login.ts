@@ -165,9 +165,15 @@ export function refreshOidcSession(session: StoredSession): Promise<StoredSessio
  * revocation endpoint, so a copy of it is worthless, then leaves for the
  * issuer's end-session endpoint (RP-initiated logout) when there is one, which
  * sends the browser back to LOGGED_OUT_PATH. Resolves false when the page
- * stays (the issuer offers no end-session endpoint, or could not be reached).
+ * stays (the issuer offers no end-session endpoint, or could not be reached,
+ * or `endIssuerSession` is false: the orchestrator was not told of the log-out,
+ * and still accepts the ID token the end-session address would carry).
  */
-export async function endOidcSession(login: OidcLogin, session: StoredSession): Promise<boolean> {
+export async function endOidcSession(
+  login: OidcLogin,
+  session: StoredSession,
+  options: { endIssuerSession: boolean },
+): Promise<boolean> {
   let as: oauth.AuthorizationServer;
   try {
     as = await authorizationServer(login);
@@ -190,7 +196,7 @@ export async function endOidcSession(login: OidcLogin, session: StoredSession): 
       console.warn("the issuer did not revoke the refresh token:", error);
     }
   }
-  if (!as.end_session_endpoint) return false;
+  if (!as.end_session_endpoint || !options.endIssuerSession) return false;
   const url = new URL(as.end_session_endpoint);
   url.searchParams.set("client_id", login.clientId);
   url.searchParams.set("id_token_hint", session.token);

@@ -378,6 +378,27 @@ void test("Log out revokes the refresh token at the issuer and ends the issuer's
   await context.close();
 });
 
+// Ending the issuer's session puts the ID token in an address (id_token_hint), which the browser's history and the
+// issuer's access log keep: the page did so even when the orchestrator was never told of the log-out, and still
+// accepted that token (attacker review).
+void test("Log out that cannot reach the orchestrator leaves the issuer's session open rather than put a valid ID token in an address", async () => {
+  const { context, page } = await freshPage();
+  await logInAtIssuer(page, "ada");
+  await loggedInAs(page, "ada");
+  const { token: idToken } = await storedSession(page);
+  assert.ok(idToken);
+  const urls: string[] = [];
+  page.on("request", (request) => urls.push(request.url()));
+  await page.route("**/oz0.orchestrator.v1.LoginService/Logout", (route) => route.abort());
+
+  await page.getByRole("button", { name: "Log out" }).click();
+  await page.getByRole("status").filter({ hasText: "The orchestrator could not be told" }).waitFor();
+  assert.equal(page.url(), `${t.url}/#/login`, "the page stayed");
+  assert.deepEqual(await storedSession(page), {}, "the page forgot the tokens");
+  assert.ok(!urls.some((url) => url.includes(idToken)), "no address carried the ID token");
+  await context.close();
+});
+
 void test("the one-time link of oz0 dev still logs in beside the issuer", async () => {
   const page = await openConsole(browser, t.url, t.stack.ownerToken);
   assert.equal(await page.getByTestId("principal").textContent(), "owner");
