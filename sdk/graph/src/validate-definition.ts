@@ -228,17 +228,6 @@ function walkNodes(flow: Flow, at: string, fn: (n: GraphNode, at: string) => voi
 }
 
 /**
- * How many nodes a definition may have once each subgraph reference is
- * expanded in place. A subgraph referenced from two arms of a choice, which
- * references another from two arms, and so on, doubles at each level: 25
- * short lines made tens of millions of nodes, and the id check below (each
- * id against each other use of it) held the orchestrator's one thread for
- * days at install and at every run, and the console drew every node
- * (attacker review).
- */
-export const MAX_EXPANDED_NODES = 10_000;
-
-/**
  * Two step nodes with one id are ambiguous when both can run in one run
  * (events and spans could not tell them apart); in different arms of one
  * choice only one ever runs, so reuse there is fine (the seed's triage
@@ -247,10 +236,8 @@ export const MAX_EXPANDED_NODES = 10_000;
 function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
   const occurrences: Occurrence[] = [];
   const graphs = subgraphsOf(def);
-  let expanded = 0;
   const expand = (flow: Flow, at: string, arms: string[]): void => {
     flow.forEach((n, i) => {
-      if (++expanded > MAX_EXPANDED_NODES) return;
       const here = `${at}/${i}`;
       switch (n.kind) {
         case "agent":
@@ -278,14 +265,6 @@ function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
     });
   };
   expand(def.root, "/root", []);
-  if (expanded > MAX_EXPANDED_NODES)
-    return [
-      {
-        code: "GRAPH_TOO_LARGE",
-        path: "/root",
-        message: `the graph has more than ${MAX_EXPANDED_NODES.toLocaleString("en")} nodes once each subgraph reference is expanded in place (a subgraph referenced from several places counts once for each); reference subgraphs from fewer places, or split the graph`,
-      },
-    ];
   const exclusive = (a: Occurrence, b: Occurrence): boolean =>
     a.arms.some((x) => {
       const choice = x.slice(0, x.lastIndexOf("#"));
