@@ -13,6 +13,16 @@ export interface ValidateOptions {
   knownAgents?: Iterable<string>;
   /** Custom step names that resolve; when absent, step names are not checked. */
   knownSteps?: Iterable<string>;
+  /**
+   * The most branches one parallel node may have; when absent, not checked. A runner starts every branch at
+   * once, so an orchestrator that runs each step as a job sets it (and `maxConcurrentSteps`).
+   */
+  maxParallelBranches?: number;
+  /**
+   * The most steps one run may have running at once, nested parallels multiplied (each branch counts its widest
+   * point); when absent, not checked.
+   */
+  maxConcurrentSteps?: number;
 }
 
 /** Result of {@link validateDefinition}. */
@@ -184,7 +194,11 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
   };
   visit(def.name, def.root, "/root", [def.name]);
 
-  if (reported.size === 0) problems.push(...duplicateIds(def));
+  if (reported.size === 0) {
+    problems.push(...duplicateIds(def));
+    // Only without cycles: a subgraph reference is as wide as its subgraph.
+    problems.push(...tooWide(def, options));
+  }
 
   return problems.length === 0 ? { ok: true, definition: def, problems: [] } : { ok: false, problems };
 }
@@ -289,5 +303,88 @@ function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
       }
     }
   }
+  return problems;
+}
+
+/**
+ * Parallel nodes that would start more steps at once than a runner may: any with more branches than
+ * `maxParallelBranches`, and the outermost ones whose steps running at once exceed `maxConcurrentSteps`
+ * (branches add up, so nested parallels multiply; a sequence, choice or loop runs one part at a time).
+ */
+function tooWide(def: GraphDefinition, options: ValidateOptions): DefinitionProblem[] {
+  const { maxParallelBranches: maxBranches, maxConcurrentSteps: maxSteps } = options;
+  const graphs = subgraphsOf(def);
+  const problems: DefinitionProblem[] = [];
+  const flows: [Flow, string][] = [
+    [def.root, "/root"],
+    ...Object.entries(graphs).map(([name, flow]): [Flow, string] => [flow, `/graphs/${escapePointer(name)}`]),
+  ];
+  if (maxBranches !== undefined) {
+    for (const [flow, base] of flows) {
+      walkNodes(flow, base, (n, at) => {
+        if (n.kind !== "parallel" || n.branches.length <= maxBranches) return;
+        problems.push({
+          code: "PARALLEL_TOO_MANY_BRANCHES",
+          path: `${at}/branches`,
+          message: `parallel "${n.id}" has ${n.branches.length} branches; a parallel node may have at most ${maxBranches}, since every branch starts at once; give each branch more of the work, or split the branches over parallel nodes one after another`,
+        });
+      });
+    }
+  }
+  if (maxSteps === undefined) return problems;
+  const subgraphWidths = new Map<string, number>();
+  const flowWidth = (flow: Flow): number => flow.reduce((widest, n) => Math.max(widest, width(n)), 0);
+  const width = (node: GraphNode): number => {
+    switch (node.kind) {
+      case "agent":
+      case "step":
+        return 1;
+      case "graph": {
+        // No cycles here (validateDefinition checks them first), so this ends.
+        let w = subgraphWidths.get(node.graph);
+        if (w === undefined) {
+          const flow = graphs[node.graph] ?? (node.graph === def.name ? def.root : undefined);
+          w = flow ? flowWidth(flow) : 1;
+          subgraphWidths.set(node.graph, w);
+        }
+        return w;
+      }
+      case "choice":
+        return Math.max(1, ...node.arms.map((a) => flowWidth(a.flow)), node.otherwise ? flowWidth(node.otherwise) : 0);
+      case "loop":
+        return Math.max(flowWidth(node.body), node.until ? flowWidth(node.until) : 0);
+      case "parallel":
+        return node.branches.reduce((sum, b) => sum + flowWidth(b), 0);
+    }
+  };
+  // Top down: once a parallel node is reported, the ones inside it are part of the same finding.
+  const check = (flow: Flow, at: string): void =>
+    flow.forEach((n, i) => {
+      const here = `${at}/${i}`;
+      switch (n.kind) {
+        case "parallel": {
+          const w = width(n);
+          if (w > maxSteps) {
+            problems.push({
+              code: "TOO_MANY_CONCURRENT_STEPS",
+              path: here,
+              message: `parallel "${n.id}" can run ${w} steps at once (the branches of parallel nodes inside it add up); a run may run at most ${maxSteps} at once; give it fewer branches, or run some of them one after another`,
+            });
+          } else n.branches.forEach((b, j) => check(b, `${here}/branches/${j}`));
+          return;
+        }
+        case "choice":
+          n.arms.forEach((a, j) => check(a.flow, `${here}/arms/${j}/flow`));
+          if (n.otherwise) check(n.otherwise, `${here}/otherwise`);
+          return;
+        case "loop":
+          check(n.body, `${here}/body`);
+          if (n.until) check(n.until, `${here}/until`);
+          return;
+        default:
+          return;
+      }
+    });
+  for (const [flow, base] of flows) check(flow, base);
   return problems;
 }

@@ -319,3 +319,40 @@ void test("a subgraph named like an Object.prototype member is unknown, not a cr
     ]);
   }
 });
+
+void test("maxParallelBranches and maxConcurrentSteps bound what a run starts at once, subgraphs and nesting counted", () => {
+  const def: GraphDefinition = {
+    format: "oz0.graph/v1",
+    kind: "harness",
+    name: "wide",
+    id: "harness:wide",
+    root: [
+      {
+        kind: "parallel",
+        id: "parallel:outer",
+        branches: [
+          [{ kind: "graph", id: "graph:three", graph: "three" }],
+          [{ kind: "agent", id: "agent:a", agent: "a" }],
+        ],
+      },
+    ],
+    graphs: {
+      three: [
+        {
+          kind: "parallel",
+          id: "parallel:three",
+          branches: ["b", "c", "d"].map((n) => [{ kind: "agent" as const, id: `agent:${n}`, agent: n }]),
+        },
+      ],
+    },
+  };
+  const problems = (options: Parameters<typeof validateDefinition>[1]): string[] => {
+    const result = validateDefinition(def, options);
+    return result.ok ? [] : result.problems.map((p) => `${p.code} ${p.path}`);
+  };
+  assert.deepEqual(problems({}), [], "no limits unless asked for");
+  assert.deepEqual(problems({ maxParallelBranches: 3, maxConcurrentSteps: 4 }), []);
+  assert.deepEqual(problems({ maxParallelBranches: 2 }), ["PARALLEL_TOO_MANY_BRANCHES /graphs/three/0/branches"]);
+  // The outer node runs the subgraph's three beside its own agent; the subgraph alone stays within the limit.
+  assert.deepEqual(problems({ maxConcurrentSteps: 3 }), ["TOO_MANY_CONCURRENT_STEPS /root/0"]);
+});

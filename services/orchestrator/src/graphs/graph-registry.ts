@@ -22,6 +22,15 @@ import { invalidArgument, notFound } from "../orchestrator-error.js";
 
 export type { GraphVersionRecord } from "../store/graph-store.js";
 
+/**
+ * Every branch of a parallel node starts at once, and each step is a job (an agent's session, a custom step's
+ * session on a sandbox node): a graph fanning out to thousands of branches would start thousands of sessions at
+ * once. A parallel node may have at most this many branches...
+ */
+export const MAX_PARALLEL_BRANCHES = 32;
+/** ...and one run at most this many steps running at once, nested parallels multiplied. */
+export const MAX_CONCURRENT_STEPS = 64;
+
 /** A graph read from a plugin and validated, not yet published. */
 export interface PreparedGraph {
   file: string;
@@ -107,7 +116,11 @@ export class GraphRegistry {
       } catch (error) {
         throw invalidArgument(`${rel}: ${(error as Error).message}`);
       }
-      const result = validateDefinition(definition, { knownAgents: known });
+      const result = validateDefinition(definition, {
+        knownAgents: known,
+        maxParallelBranches: MAX_PARALLEL_BRANCHES,
+        maxConcurrentSteps: MAX_CONCURRENT_STEPS,
+      });
       if (!result.ok) {
         const problems = result.problems.map((p) => `${p.code} at ${p.path}: ${p.message}`).join("; ");
         throw invalidArgument(`${rel}: graph "${definition.name}" is invalid: ${problems}`);

@@ -1,0 +1,72 @@
+// What a plugin's graph may declare, checked at install (GraphRegistry.prepare) before anything is registered.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { definitionToYaml, type Flow, type GraphDefinition } from "@oz0/graph";
+import { GraphRegistry } from "../src/graphs/graph-registry.js";
+import type { GraphStore } from "../src/store/graph-store.js";
+import { SqliteJobStore } from "../src/store/sqlite-store.js";
+
+const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-graph-install-limits-"));
+const store = new SqliteJobStore({ file: path.join(dir, "orchestrator.db") });
+// prepare reads and checks files only; versions are published later, through the graph store.
+const registry = new GraphRegistry({ store, graphStore: {} as GraphStore });
+
+after(async () => {
+  await store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+let files = 0;
+/** Installs `definition` (or YAML text) as a plugin's only graph, its agent `writer` known. */
+async function prepare(definition: GraphDefinition | string): Promise<unknown> {
+  const file = `graph-${++files}.yaml`;
+  writeFileSync(path.join(dir, file), typeof definition === "string" ? definition : definitionToYaml(definition));
+  return registry.prepare({ root: dir, files: [file], pluginAgents: ["writer"] });
+}
+
+function harness(root: Flow, name = "fan"): GraphDefinition {
+  return { format: "oz0.graph/v1", kind: "harness", name, id: `harness:${name}`, root };
+}
+
+const writer = (id: string): Flow => [{ kind: "agent", id, agent: "writer" }];
+
+void test("a parallel node with more branches than a run may start at once is refused, naming the node and the limit", async () => {
+  const branches = Array.from({ length: 20_000 }, (_, i) => writer(`agent:writer-${i}`));
+  await assert.rejects(
+    prepare(harness([{ kind: "parallel", id: "parallel:all", branches }])),
+    /graph "fan" is invalid: PARALLEL_TOO_MANY_BRANCHES at \/root\/0\/branches: parallel "parallel:all" has 20000 branches; a parallel node may have at most 32, since every branch starts at once/,
+  );
+  // Nested parallels multiply: 8 branches of 8 would run 64 steps at once, more than a run may.
+  const inner = (i: number): Flow => [
+    {
+      kind: "parallel",
+      id: `parallel:inner-${i}`,
+      branches: Array.from({ length: 9 }, (_, j) => writer(`agent:writer-${i}-${j}`)),
+    },
+  ];
+  await assert.rejects(
+    prepare(
+      harness([{ kind: "parallel", id: "parallel:outer", branches: Array.from({ length: 8 }, (_, i) => inner(i)) }]),
+    ),
+    /TOO_MANY_CONCURRENT_STEPS at \/root\/0: parallel "parallel:outer" can run 72 steps at once \(the branches of parallel nodes inside it add up\); a run may run at most 64 at once/,
+  );
+  // At the limits it installs.
+  await prepare(
+    harness([
+      {
+        kind: "parallel",
+        id: "parallel:outer",
+        branches: Array.from({ length: 8 }, (_, i) => [
+          {
+            kind: "parallel",
+            id: `parallel:inner-${i}`,
+            branches: Array.from({ length: 8 }, (_, j) => writer(`agent:writer-${i}-${j}`)),
+          },
+        ]),
+      },
+    ]),
+  );
+});
