@@ -65,6 +65,8 @@ export const graphDefinitionSchema = {
         step: name,
         module: { type: "string", minLength: 1 },
         export: { type: "string", minLength: 1 },
+        // An agent's limits.timeout's form: 90s, 10m, 1h30m.
+        timeout: { type: "string", pattern: "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", minLength: 2 },
       },
     },
     parallel: {

@@ -7,6 +7,20 @@
 /** Format tag written into every definition, bumped on incompatible change. */
 export const GRAPH_DEFINITION_FORMAT = "oz0.graph/v1";
 
+/** How long a custom step may run when its node sets no `timeout` (the runner's `customStepTimeoutMs` overrides). */
+export const DEFAULT_CUSTOM_STEP_TIMEOUT = "10m";
+
+/** The longest `timeout` a custom step may have: past it a timer could not hold it (and no step should need it). */
+export const MAX_CUSTOM_STEP_TIMEOUT = "24h";
+
+/** `90s`, `10m`, `1h30m` → milliseconds; undefined when `text` is no such duration. */
+export function durationMs(text: string): number | undefined {
+  const match = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
+  if (!match || text === "") return undefined;
+  const [, h, m, s] = match;
+  return ((Number(h ?? 0) * 60 + Number(m ?? 0)) * 60 + Number(s ?? 0)) * 1000;
+}
+
 /** An agent invoked as a step; the orchestrator resolves `agent` to an immutable agent version. */
 export interface AgentNode {
   kind: "agent";
@@ -27,6 +41,12 @@ export interface CustomStepNode {
   module?: string;
   /** Export name of the class in `module`. */
   export?: string;
+  /**
+   * How long the step may run before it fails with `STEP_TIMED_OUT` (its signal aborts, and the manager's retry
+   * applies as to any failure): a duration such as `90s`, `10m` or `1h30m`, the form of an agent's
+   * `limits.timeout`, at most 24h. Default {@link DEFAULT_CUSTOM_STEP_TIMEOUT}.
+   */
+  timeout?: string;
 }
 
 /** Branches that run at the same time and join before the next node. */

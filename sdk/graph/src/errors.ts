@@ -7,6 +7,7 @@ export type GraphErrorCode =
   | "INVALID_DECLARATION"
   | "UNKNOWN_STEP"
   | "STEP_FAILED"
+  | "STEP_TIMED_OUT"
   | "CHOICE_NO_LABEL"
   | "CHOICE_NO_ARM"
   | "LOOP_BAD_CHOICE"

@@ -28,7 +28,10 @@ export interface StepRunInfo {
   idempotencyKey: string;
   /** Loop iteration (1-based) of the innermost loop, 0 outside loops. */
   iteration: number;
-  /** Aborted when the run is cancelled or a sibling branch failed. */
+  /**
+   * Aborted when the run is cancelled, a sibling branch failed, or the step ran past its timeout (the reason is
+   * then a `STEP_TIMED_OUT` GraphError): stop then, since nothing the step does afterwards is recorded.
+   */
   signal: AbortSignal;
 }
 
@@ -54,6 +57,8 @@ export interface StepOptions {
   exportName?: string;
   /** Node id override, for using the same step twice where ids would be ambiguous. */
   id?: string;
+  /** How long the step may run (`90s`, `10m`, `1h30m`, at most 24h); default 10m. See {@link CustomStepNode.timeout}. */
+  timeout?: string;
 }
 
 /**
@@ -86,6 +91,7 @@ export abstract class Step implements IStep {
       node.module = this.options.module;
       node.export = this.options.exportName ?? this.constructor.name;
     }
+    if (this.options.timeout !== undefined) node.timeout = this.options.timeout;
     return node;
   }
 }

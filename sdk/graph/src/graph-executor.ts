@@ -26,7 +26,10 @@ export interface StepRequestBase {
    * this one ended in failures the manager already decided.
    */
   attempt: number;
-  /** Aborted on cancel or when a sibling branch failed. */
+  /**
+   * Aborted on cancel or when a sibling branch failed, and for a custom step at its timeout (the reason is then a
+   * `STEP_TIMED_OUT` GraphError).
+   */
   signal: AbortSignal;
 }
 

@@ -16,6 +16,9 @@ import {
   type StoredRun,
 } from "./checkpoint-store.js";
 import {
+  DEFAULT_CUSTOM_STEP_TIMEOUT,
+  durationMs,
+  MAX_CUSTOM_STEP_TIMEOUT,
   subgraphsOf,
   type AgentNode,
   type ChoiceNode,
@@ -111,6 +114,11 @@ export interface GraphRunnerOptions {
   maxRetries?: number;
   /** Known agent and step names for validation; omitted names are not checked. */
   validate?: ValidateOptions;
+  /**
+   * How long a custom step whose node sets no `timeout` may run before it fails with `STEP_TIMED_OUT`, in
+   * milliseconds (default {@link DEFAULT_CUSTOM_STEP_TIMEOUT}, 10 minutes).
+   */
+  customStepTimeoutMs?: number;
 }
 
 /** Input of a new run. */
@@ -558,20 +566,51 @@ class RunExecution {
           overlay.set("output", text);
           overlay.set(node.agent, text);
         } else {
-          const res = await untilAborted(
-            this.#options.executor.runCustomStep({
-              ...common,
-              name: node.step,
-              ...(node.module !== undefined ? { module: node.module } : {}),
-              ...(node.export !== undefined ? { export: node.export } : {}),
-              ctx: overlay,
-            }),
-            scope.signal,
-          );
-          for (const [k, v] of Object.entries(res?.set ?? {})) overlay.set(k, v);
+          // A step that never returns must not hold the run: at its deadline its signal aborts (so the executor
+          // stops its work) and the attempt fails like any other, for the manager to retry or skip.
+          const deadline = this.#stepDeadline(node, scope.signal);
+          try {
+            const res = await untilAborted(
+              this.#options.executor.runCustomStep({
+                ...common,
+                signal: deadline.signal,
+                name: node.step,
+                ...(node.module !== undefined ? { module: node.module } : {}),
+                ...(node.export !== undefined ? { export: node.export } : {}),
+                ctx: overlay,
+              }),
+              deadline.signal,
+            );
+            for (const [k, v] of Object.entries(res?.set ?? {})) overlay.set(k, v);
+          } finally {
+            deadline.clear();
+          }
         }
       },
     });
+  }
+
+  /** A custom step attempt's signal: the scope's, also aborted with `STEP_TIMED_OUT` at the step's timeout. */
+  #stepDeadline(node: CustomStepNode, scope: AbortSignal): { signal: AbortSignal; clear: () => void } {
+    const fallback = this.#options.customStepTimeoutMs;
+    const [ms, label] =
+      node.timeout !== undefined
+        ? [durationMs(node.timeout) as number, node.timeout]
+        : fallback !== undefined
+          ? [fallback, `${fallback} ms`]
+          : [durationMs(DEFAULT_CUSTOM_STEP_TIMEOUT) as number, DEFAULT_CUSTOM_STEP_TIMEOUT];
+    const own = new AbortController();
+    const timer = setTimeout(() => {
+      own.abort(
+        new GraphError(
+          "STEP_TIMED_OUT",
+          `custom step ${node.step} (${node.id}) ran past its timeout of ${label} and was told to stop; make it finish sooner, or give its node a longer timeout in the graph definition (for example timeout: 30m, at most ${MAX_CUSTOM_STEP_TIMEOUT})`,
+        ),
+      );
+    }, ms);
+    // Only a deadline: the step's work keeps the process alive, not this (a halted run's step never settles).
+    timer.unref();
+    return { signal: AbortSignal.any([scope, own.signal]), clear: () => clearTimeout(timer) };
   }
 
   /** Runs one unit of work exactly-once-recorded, consulting the manager on failure. */

@@ -3,7 +3,10 @@
  * steps), validate and serialise them, and run them durably.
  */
 export {
+  DEFAULT_CUSTOM_STEP_TIMEOUT,
   GRAPH_DEFINITION_FORMAT,
+  MAX_CUSTOM_STEP_TIMEOUT,
+  durationMs,
   slugify,
   type AgentNode,
   type ChoiceArm,

@@ -3,7 +3,14 @@
  * orchestrator calls it with the agent and step names it knows, so a graph
  * that could never run is refused before anyone invokes it.
  */
-import { subgraphsOf, type Flow, type GraphDefinition, type GraphNode } from "./definition.js";
+import {
+  durationMs,
+  MAX_CUSTOM_STEP_TIMEOUT,
+  subgraphsOf,
+  type Flow,
+  type GraphDefinition,
+  type GraphNode,
+} from "./definition.js";
 import { parseDefinition } from "./definition-schema.js";
 import { GraphValidationError, type DefinitionProblem } from "./errors.js";
 
@@ -82,6 +89,16 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
             path: `${at}/step`,
             message: `custom step "${node.step}" is not provided by any installed plugin; install the plugin that exports it or fix the name`,
           });
+        }
+        if (node.timeout !== undefined) {
+          const ms = durationMs(node.timeout);
+          if (ms === undefined || ms <= 0 || ms > (durationMs(MAX_CUSTOM_STEP_TIMEOUT) as number)) {
+            problems.push({
+              code: "STEP_TIMEOUT_INVALID",
+              path: `${at}/timeout`,
+              message: `custom step "${node.step}" has timeout ${JSON.stringify(node.timeout)}; give a duration above 0 and at most ${MAX_CUSTOM_STEP_TIMEOUT}, such as 90s, 10m or 1h30m`,
+            });
+          }
         }
         return;
       case "graph":

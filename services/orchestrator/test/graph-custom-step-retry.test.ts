@@ -106,7 +106,7 @@ function brokenChannel(messages: SandboxMessage[]): SessionChannel {
   };
 }
 
-function executorOn(node: RecordingNode): SessionGraphExecutor {
+function executorOn(node: SessionRunner): SessionGraphExecutor {
   const placement: SandboxPlacement = {
     tracksNodes: false,
     place: async () => node,
@@ -214,4 +214,86 @@ void test("a restart during a retried custom step follows the retry's session, n
   assert.equal(result.bag.done, true);
   assert.equal(decisions, 1, "the manager decided attempt 1's failure once");
   assert.equal(node.started.length, 2, "nothing ran a third time");
+});
+
+/** A node whose first session runs until it is cancelled; later ones succeed at once. */
+class StuckOnceNode implements SessionRunner {
+  readonly url = "scripted://stuck";
+  readonly started: string[] = [];
+  readonly cancels: { sessionId: string; reason: string }[] = [];
+  readonly #running = new Map<string, MessageQueue<SandboxMessage>>();
+
+  start(options: StartSessionOptions): SessionChannel {
+    const sessionId = options.request.sessionId;
+    this.started.push(sessionId);
+    if (this.started.length > 1) {
+      return channel([
+        { seq: 1, kind: "started", sessionId },
+        {
+          seq: 2,
+          kind: "event",
+          event: create(SessionEventSchema, {
+            event: { case: "result", value: { stopReason: StopReason.COMPLETED, text: '{"set":{"done":true}}' } },
+          }),
+        },
+        { seq: 3, kind: "exited", exitCode: 0, signal: "", error: "" },
+      ]);
+    }
+    const queue = new MessageQueue<SandboxMessage>();
+    queue.push({ seq: 1, kind: "started", sessionId });
+    this.#running.set(sessionId, queue);
+    return {
+      [Symbol.asyncIterator]: () => queue[Symbol.asyncIterator](),
+      answerPermission: async () => undefined,
+      answerRuntimeTool: async () => undefined,
+      close: () => queue.end(),
+    };
+  }
+
+  reattach(options: { sessionId: string }): SessionChannel {
+    return {
+      // eslint-disable-next-line require-yield -- a channel that throws at once, as the sandbox client's does
+      [Symbol.asyncIterator]: async function* () {
+        throw new SessionNotFoundError(options.sessionId);
+      },
+      answerPermission: async () => undefined,
+      answerRuntimeTool: async () => undefined,
+      close: () => undefined,
+    };
+  }
+
+  async cancel(options: { sessionId: string; reason: string }): Promise<void> {
+    this.cancels.push(options);
+    const queue = this.#running.get(options.sessionId);
+    queue?.push({ seq: 2, kind: "exited", exitCode: 1, signal: "SIGTERM", error: "cancelled" });
+    queue?.end();
+  }
+}
+
+void test("a custom step past its timeout has its session cancelled, saying why, and the retry runs in a new session", async () => {
+  const node = new StuckOnceNode();
+  const definition: GraphDefinition = {
+    format: "oz0.graph/v1",
+    kind: "harness",
+    name: "steps",
+    id: "harness:steps",
+    root: [{ kind: "step", id: "step:check", step: "check", module: "steps/check.mjs", timeout: "1s" }],
+  };
+  const codes: string[] = [];
+  const manager: GraphManager = {
+    decide: async (event) => {
+      codes.push(event.kind === "step_error" ? event.error.code : event.kind);
+      return { action: "retry" };
+    },
+  };
+  const runner = new GraphRunner({ definition, executor: executorOn(node), manager });
+  const result = await runner.run({ prompt: "p", runId: "graph_1" });
+  assert.equal(result.status, "succeeded", result.error?.message);
+  assert.equal(result.bag.done, true);
+  assert.deepEqual(codes, ["STEP_TIMED_OUT"]);
+  assert.equal(node.cancels.length, 1);
+  assert.equal(node.cancels[0]?.sessionId, node.started[0]);
+  assert.match(node.cancels[0]?.reason ?? "", /custom step check \(step:check\) ran past its timeout of 1s/);
+  assert.equal(node.started.length, 2);
+  assert.notEqual(node.started[1], node.started[0], "the retry did not re-attach to the cancelled session");
 });

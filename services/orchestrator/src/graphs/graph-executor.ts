@@ -222,6 +222,15 @@ function checkStepPrompt(request: AgentRequest): void {
   );
 }
 
+function isTimeout(reason: unknown): reason is GraphError {
+  return reason instanceof GraphError && reason.code === "STEP_TIMED_OUT";
+}
+
+/** Why a step's session is cancelled: its timeout (the engine's words, naming it), or the run stopped it. */
+function stopReason(signal: AbortSignal): string {
+  return isTimeout(signal.reason) ? signal.reason.message : "the graph run stopped this step";
+}
+
 /** Where an agent step's job for one attempt is recorded: the step's idempotency key, then `#attempt<n>` for retries. */
 function agentStepJobKey(request: { idempotencyKey: string; attempt: number }): string {
   return request.attempt > 1 ? `${request.idempotencyKey}#attempt${request.attempt}` : request.idempotencyKey;
@@ -332,11 +341,19 @@ export class SessionGraphExecutor implements GraphExecutor {
     const key = failures === 0 ? request.idempotencyKey : `${request.idempotencyKey}#retry${failures}`;
     const sessionId = `ses_step_${createHash("sha256").update(key).digest("hex").slice(0, 24)}`;
     const session = { ended: false };
+    // Past its timeout the session is cancelled, and the engine fails the attempt without waiting for it to end:
+    // a retry the manager grants at once must still get a session of its own, not re-attach to the cancelled one.
+    const onTimeout = (): void => {
+      if (isTimeout(request.signal.reason)) this.#customStepFailures.set(request.idempotencyKey, failures + 1);
+    };
+    request.signal.addEventListener("abort", onTimeout, { once: true });
     try {
       return await this.#customStepSession(request, sessionId, request.module, session);
     } catch (error) {
       if (session.ended) this.#customStepFailures.set(request.idempotencyKey, failures + 1);
       throw error;
+    } finally {
+      request.signal.removeEventListener("abort", onTimeout);
     }
   }
 
@@ -445,7 +462,7 @@ export class SessionGraphExecutor implements GraphExecutor {
     sessionId: string,
   ): Promise<SandboxMessage[]> {
     const onAbort = (): void => {
-      void sandbox.cancel({ sessionId, reason: "the graph run stopped this step" }).catch(() => undefined);
+      void sandbox.cancel({ sessionId, reason: stopReason(signal) }).catch(() => undefined);
     };
     signal.addEventListener("abort", onAbort, { once: true });
     // Halted: stop following the session without cancelling it; the run's new owner re-attaches to it by its id.
