@@ -128,6 +128,13 @@ export interface StartOptions {
   input?: Record<string, unknown>;
   /** Defaults to a random UUID. */
   runId?: string;
+  /**
+   * Cancels the run, also before it is in flight: `start` and `resume` write and read the store before the run
+   * is there for {@link GraphRunner.cancel} to find. Aborted by then, the run ends cancelled before any step
+   * starts; aborted later, it cancels the run as `cancel` does. Its reason (a string, or an Error's message)
+   * goes into the run's error.
+   */
+  signal?: AbortSignal;
 }
 
 /** How a run ended. */
@@ -218,7 +225,7 @@ export class GraphRunner {
       status: "running",
       startedAt: new Date().toISOString(),
     });
-    return this.#launch(runId, input, [], "run_started");
+    return this.#launch(runId, input, [], "run_started", options.signal);
   }
 
   /** Starts a run and waits for it to end. */
@@ -274,10 +281,11 @@ export class GraphRunner {
   /**
    * Continues a run that did not finish (its process died) or that failed:
    * recorded steps are replayed from their deltas, never run again, and
-   * execution continues at the first unrecorded step.
+   * execution continues at the first unrecorded step. `signal` cancels it
+   * as {@link StartOptions.signal} does.
    * @throws GraphError `DEFINITION_MISMATCH` when the run is pinned to another definition.
    */
-  public async resume(options: { runId: string }): Promise<RunHandle> {
+  public async resume(options: { runId: string; signal?: AbortSignal }): Promise<RunHandle> {
     const { runId } = options;
     const live = this.#inFlight.get(runId);
     if (live) return { runId, result: live.result };
@@ -292,7 +300,7 @@ export class GraphRunner {
     // A concurrent resume may have launched it while this one was reading.
     const raced = this.#inFlight.get(runId);
     if (raced) return { runId, result: raced.result };
-    return this.#launch(runId, run.input, records, "run_resumed");
+    return this.#launch(runId, run.input, records, "run_resumed", options.signal);
   }
 
   /**
@@ -313,7 +321,7 @@ export class GraphRunner {
   public cancel(runId: string, reason = "cancelled by request"): boolean {
     const live = this.#inFlight.get(runId);
     if (!live) return false;
-    live.abort(new GraphError("RUN_CANCELLED", `run ${runId} was cancelled: ${reason}`));
+    live.abort(cancelled(runId, reason));
     return true;
   }
 
@@ -331,6 +339,7 @@ export class GraphRunner {
     input: Record<string, unknown>,
     records: StepRecord[],
     first: "run_started" | "run_resumed",
+    signal: AbortSignal | undefined,
   ): RunHandle {
     const execution = new RunExecution({
       runId,
@@ -341,8 +350,15 @@ export class GraphRunner {
       records,
     });
     this.#inFlight.set(runId, execution);
+    const onCancel = (): void => execution.abort(cancelled(runId, reasonOf(signal?.reason)));
+    // Before execute: a run cancelled while it was being read starts no step.
+    if (signal?.aborted) onCancel();
+    else signal?.addEventListener("abort", onCancel, { once: true });
     execution.emit({ type: first });
-    execution.result = execution.execute().finally(() => this.#inFlight.delete(runId));
+    execution.result = execution.execute().finally(() => {
+      this.#inFlight.delete(runId);
+      signal?.removeEventListener("abort", onCancel);
+    });
     return { runId, result: execution.result };
   }
 }
@@ -365,6 +381,14 @@ export async function resumeStoredRuns(
     handles.push(await runner.resume({ runId: run.runId }));
   }
   return handles;
+}
+
+function cancelled(runId: string, reason: string): GraphError {
+  return new GraphError("RUN_CANCELLED", `run ${runId} was cancelled: ${reason}`);
+}
+
+function reasonOf(reason: unknown): string {
+  return typeof reason === "string" ? reason : reason instanceof Error ? reason.message : "cancelled by request";
 }
 
 /** Builds an agent step's prompt from the bag: `prompt`, then `output` and `feedback` when present. */
@@ -473,6 +497,7 @@ class RunExecution {
     let status: RunResult["status"] = "succeeded";
     let error: { code: string; message: string } | undefined;
     try {
+      if (this.#controller.signal.aborted) throw this.#controller.signal.reason;
       await this.#flow(this.#def.root, this.root, { iteration: 0, signal: this.#controller.signal }, "");
     } catch (e) {
       error = errorInfo(e);

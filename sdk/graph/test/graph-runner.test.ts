@@ -744,3 +744,30 @@ void test("a step that sets what JSON cannot keep fails, naming the key, before 
     /the run's input holds a value JSON cannot keep: "since" is a Date/,
   );
 });
+
+void test("a run whose signal aborted before it was launched ends cancelled before any step starts", async () => {
+  const started: string[] = [];
+  const h = new Harness("signalled");
+  h.next(agent("a"));
+  const runner = new GraphRunner({
+    definition: h.toDefinition(),
+    // Runs until the run is cancelled.
+    executor: new InProcessExecutor({
+      agents: { a: ({ path }) => (started.push(path), new Promise<string>(() => undefined)) },
+    }),
+  });
+  const cancel = new AbortController();
+  cancel.abort("not needed any more");
+  const result = await runner.run({ prompt: "p", runId: "r1", signal: cancel.signal });
+  assert.equal(result.status, "cancelled");
+  assert.equal(result.error?.message, "run r1 was cancelled: not needed any more");
+  assert.deepEqual(started, []);
+  // Resumed with a signal that aborts later: as cancel() does.
+  const later = new AbortController();
+  const resumed = await runner.resume({ runId: "r1", signal: later.signal });
+  later.abort(new Error("stopped by the operator"));
+  const end = await resumed.result;
+  assert.equal(end.status, "cancelled");
+  assert.equal(end.error?.message, "run r1 was cancelled: stopped by the operator");
+  assert.deepEqual(started, ["/0"]);
+});

@@ -133,6 +133,12 @@ export class GraphJobs {
   readonly #graphs: GraphStore;
   readonly #ownership: JobOwnership;
   readonly #runs = new Map<string, ActiveRun>();
+  /**
+   * Per run being set up here (created or resumed) until it is stopped: aborted by a cancel. The engine's
+   * runner finds a run to cancel only once it is launched, and setting it up reads the store first; a cancel in
+   * that window reaches the run through this, so it ends before any step starts.
+   */
+  readonly #cancels = new Map<string, AbortController>();
   /** Resumes in progress, so a job asked for twice at once is resumed once. */
   readonly #resuming = new Map<string, Promise<boolean>>();
   readonly #started = new Map<string, number>();
@@ -227,9 +233,10 @@ export class GraphJobs {
     }
     // Its lease lost meanwhile: whoever takes the run over (this replica too, under a new lease) resumes it.
     if (!this.#ownership.owns(job.id)) return (await this.#o.store.getJob(job.id))!;
+    const cancel = this.#cancelFor(job.id);
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
-    const handle = await active.runner.start({ prompt: job.input, runId: job.id });
+    const handle = await active.runner.start({ prompt: job.input, runId: job.id, signal: cancel });
     this.#track(job.id, active, handle.result);
     return (await this.#o.store.getJob(job.id))!;
   }
@@ -288,6 +295,8 @@ export class GraphJobs {
     const reason = options.reason || CANCELLED_BY_REQUEST;
     // In-flight steps see an aborted signal and cancel their own jobs and sessions; the run ends cancelled.
     if (this.#runs.get(job.id)?.runner.cancel(job.id, reason)) return (await this.#o.store.getJob(job.id))!;
+    // Being set up here: the run, once launched, ends cancelled before any step starts (and the job is ended below).
+    this.#cancels.get(job.id)?.abort(reason);
     if (!this.#ownership.owns(job.id)) {
       // Another replica runs it: it hears of this event (or reads the request when it resumes the job) and cancels the run.
       await asBystander(() =>
@@ -318,6 +327,8 @@ export class GraphJobs {
   }
 
   async #resume(job: JobRecord, note: string): Promise<boolean> {
+    // From here on a cancel reaches the run, whatever point of the resume it lands at.
+    const cancel = this.#cancelFor(job.id);
     // Its steps continue the run's stored trace (tracing.ts).
     this.#o.lifecycle?.resumed?.(job);
     const row = await this.#graphs.getGraphJob(job.id);
@@ -347,8 +358,8 @@ export class GraphJobs {
       await this.#append(job.id, [textNote("graph", `${note}\n`)]);
       // A run the checkpoint store never saw (stopped between the job and the run) starts now, under the same id.
       const handle = stored
-        ? await active.runner.resume({ runId: job.id })
-        : await active.runner.start({ prompt: job.input, runId: job.id });
+        ? await active.runner.resume({ runId: job.id, signal: cancel })
+        : await active.runner.start({ prompt: job.input, runId: job.id, signal: cancel });
       this.#track(job.id, active, handle.result);
       // Cancelled at another replica while nobody ran it.
       if (job.cancelRequestedAt) active.runner.cancel(job.id, cancelReason(job));
@@ -363,8 +374,16 @@ export class GraphJobs {
     }
   }
 
+  /** The signal a cancel of `jobId` aborts while its run is set up or runs here (until #stop). */
+  #cancelFor(jobId: string): AbortSignal {
+    const controller = new AbortController();
+    this.#cancels.set(jobId, controller);
+    return controller.signal;
+  }
+
   /** Forget a run here; a halted run records and writes nothing more. */
   #stop(jobId: string): void {
+    this.#cancels.delete(jobId);
     const active = this.#runs.get(jobId);
     if (active) {
       this.#runs.delete(jobId);
