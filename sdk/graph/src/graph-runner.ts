@@ -391,6 +391,66 @@ function reasonOf(reason: unknown): string {
   return typeof reason === "string" ? reason : reason instanceof Error ? reason.message : "cancelled by request";
 }
 
+/** The longest path a step node's events can carry, and where the node is written. */
+export interface StepPathBound {
+  nodeId: string;
+  /** The node in the definition, e.g. `/root/0/branches/1/0` (the first place, for a node reached several ways). */
+  where: string;
+  /** The longest step path its events can carry, e.g. `/0/20/body/0`. */
+  longestPath: string;
+}
+
+/**
+ * Every node that runs as a step (agents, custom steps, choice evaluators and key checks) with the longest path
+ * its `step_*` events can carry in a run of `definition` with `maxRetries` (the runner's, default 3): a loop
+ * counts up to `maxIterations` once plus once per retry a manager may grant at its limit. An orchestrator whose
+ * events keep step ids of bounded length checks them before it accepts the definition. Call on a valid
+ * definition (no subgraph cycles).
+ */
+export function stepPathBounds(definition: GraphDefinition, options: { maxRetries?: number } = {}): StepPathBound[] {
+  const rounds = 1 + (options.maxRetries ?? 3);
+  const graphs = subgraphsOf(definition);
+  const bounds = new Map<string, StepPathBound>();
+  const step = (nodeId: string, where: string, path: string): void => {
+    const known = bounds.get(nodeId);
+    if (!known) bounds.set(nodeId, { nodeId, where, longestPath: path });
+    else if (path.length > known.longestPath.length) known.longestPath = path;
+  };
+  // The runner's paths (#flow, #node, #parallel, #choice, #loop above): `where` is the definition's pointer.
+  const flow = (nodes: Flow, where: string, base: string): void =>
+    nodes.forEach((n, i) => node(n, `${where}/${i}`, `${base}/${i}`));
+  const node = (n: GraphNode, where: string, path: string): void => {
+    switch (n.kind) {
+      case "agent":
+      case "step":
+        step(n.id, where, path);
+        return;
+      case "graph": {
+        const target = graphs[n.graph] ?? (n.graph === definition.name ? definition.root : undefined);
+        if (target) flow(target, n.graph in graphs ? `/graphs/${n.graph}` : "/root", path);
+        return;
+      }
+      case "parallel":
+        n.branches.forEach((b, j) => flow(b, `${where}/branches/${j}`, `${path}/b${j}`));
+        return;
+      case "choice":
+        if (n.evaluator) step(n.evaluator.id, `${where}/evaluator`, `${path}/eval`);
+        else step(n.id, where, `${path}/key`);
+        n.arms.forEach((a, k) => flow(a.flow, `${where}/arms/${k}/flow`, `${path}/arm${k}`));
+        if (n.otherwise) flow(n.otherwise, `${where}/otherwise`, `${path}/else`);
+        return;
+      case "loop": {
+        const last = (n.maxIterations ?? 1) * rounds;
+        flow(n.body, `${where}/body`, `${path}/${last}/body`);
+        if (n.until) flow(n.until, `${where}/until`, `${path}/${last}/until`);
+        return;
+      }
+    }
+  };
+  flow(definition.root, "/root", "");
+  return [...bounds.values()];
+}
+
 /** Builds an agent step's prompt from the bag: `prompt`, then `output` and `feedback` when present. */
 export function buildAgentPrompt(ctx: HarnessContext): string {
   const parts = [ctx.getString("prompt") ?? ""];

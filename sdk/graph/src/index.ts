@@ -88,6 +88,7 @@ export {
   buildAgentPrompt,
   labelFromText,
   resumeStoredRuns,
+  stepPathBounds,
   type GraphEvent,
   type GraphRunnerOptions,
   type GraphSpan,
@@ -96,6 +97,7 @@ export {
   type RunHandle,
   type RunResult,
   type StartOptions,
+  type StepPathBound,
 } from "./graph-runner.js";
 export {
   assertValidDefinition,

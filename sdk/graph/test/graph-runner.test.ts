@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  Graph,
   GraphError,
   GraphRunner,
   Harness,
@@ -13,6 +14,7 @@ import {
   Step,
   agent,
   resumeStoredRuns,
+  stepPathBounds,
   type ControlEvent,
   type GraphManager,
   type ManagerDecision,
@@ -770,4 +772,50 @@ void test("a run whose signal aborted before it was launched ends cancelled befo
   assert.equal(end.status, "cancelled");
   assert.equal(end.error?.message, "run r1 was cancelled: stopped by the operator");
   assert.deepEqual(started, ["/0"]);
+});
+
+void test("stepPathBounds gives each step node the longest path its events carry, a manager's loop retries included", async () => {
+  const h = new Harness("bounded");
+  let rounds = 0;
+  h.loop(agent("coder"))
+    .until(agent("reviewer"))
+    .maxIterations(2)
+    .next(
+      new Graph("after")
+        .choiceKey("k")
+        .when("a", agent("done"))
+        .otherwise(agent("done", { id: "agent:fallback" })),
+    );
+  const definition = h.toDefinition();
+  // The last path each node started at: loops only count up.
+  const last = new Map<string, string>();
+  const runner = new GraphRunner({
+    definition,
+    maxRetries: 1,
+    executor: new InProcessExecutor({
+      agents: { coder: () => "patch", reviewer: () => (++rounds < 10 ? "again" : "break"), done: () => "ok" },
+    }),
+    manager: { decide: async () => ({ action: "retry" }) },
+    onEvent: (e) => {
+      if (e.type !== "step_started" || !e.nodeId || !e.path) return;
+      last.set(e.nodeId, e.path);
+    },
+  });
+  // Two rounds, two more granted once; the third grant is refused, and the run fails there.
+  const result = await runner.run({ prompt: "p" });
+  assert.equal(result.status, "failed");
+  assert.match(result.error?.message ?? "", /manager's retries ran out/);
+  const bounds = stepPathBounds(definition, { maxRetries: 1 });
+  assert.deepEqual(
+    bounds.map((b) => [b.nodeId, b.where, b.longestPath]),
+    [
+      ["agent:coder", "/root/0/body/0", "/0/4/body/0"],
+      ["agent:reviewer", "/root/0/until/0", "/0/4/until/0"],
+      ["choice-key:k", "/graphs/after/0", "/1/0/key"],
+      ["agent:done", "/graphs/after/0/arms/0/flow/0", "/1/0/arm0/0"],
+      ["agent:fallback", "/graphs/after/0/otherwise/0", "/1/0/else/0"],
+    ],
+  );
+  assert.equal(last.get("agent:coder"), "/0/4/body/0");
+  assert.equal(last.get("agent:reviewer"), "/0/4/until/0");
 });

@@ -70,3 +70,27 @@ void test("a parallel node with more branches than a run may start at once is re
     ]),
   );
 });
+
+void test("a node id its step's lifecycle events could not carry is refused: too long at the loop's last round, or of other characters", async () => {
+  const inLoop = (id: string): GraphDefinition =>
+    harness([{ kind: "loop", id: "loop:l", body: writer(id), until: writer("agent:judge"), maxIterations: 250 }]);
+  // Events carry "<node id>@<path>": here the path reaches 0.1000.body.0 (250 rounds, 3 more granted by a manager).
+  const fits = `agent:${"w".repeat(128 - "agent:".length - "@0.1000.body.0".length)}`;
+  await prepare(inLoop(fits));
+  await assert.rejects(
+    prepare(inLoop(`${fits}x`)),
+    new RegExp(
+      `field /root/0/body/0: node id "${fits}x" cannot name its step on lifecycle events, which carry "<node id>@<step path>" \\(here up to "${fits}x@0.1000.body.0", 129 characters\\)`,
+    ),
+  );
+  await assert.rejects(prepare(harness(writer("agent:the writer"))), /node id "agent:the writer" cannot name its step/);
+  // A session token's prefix: the events service drops the value.
+  await assert.rejects(prepare(harness(writer("agent:oz0st_x"))), /node id "agent:oz0st_x" cannot name its step/);
+  // A choice on a key is a step of its own, under the choice's id.
+  await assert.rejects(
+    prepare(
+      harness([{ kind: "choice", id: "choice:é", key: "k", arms: [{ label: "a", flow: writer("agent:writer") }] }]),
+    ),
+    /field \/root\/0: node id "choice:é" cannot name its step/,
+  );
+});

@@ -26,7 +26,7 @@ import { never, SessionGraphExecutor } from "./graph-executor.js";
 import { AgentGraphManager } from "./graph-manager-agent.js";
 import { graphAgents, type GraphRegistry, type GraphVersionRecord } from "./graph-registry.js";
 import type { GraphStore, StepJobRecord } from "../store/graph-store.js";
-import { stepNote, stepWhere } from "./graph-step-notes.js";
+import { stepIdOf, stepNote, stepWhere } from "./graph-step-notes.js";
 import type { JobFeed } from "../jobs/job-feed.js";
 import { asBystander, soleOwnership, type JobOwnership } from "../cluster/job-ownership.js";
 import type { JobRunner } from "../jobs/job-runner.js";
@@ -105,11 +105,6 @@ function haltable(store: CheckpointStore, halt: AbortSignal): CheckpointStore {
     finishRun: (runId, end) => gate(() => store.finishRun(runId, end)),
     reopenRun: (runId) => gate(() => store.reopenRun(runId)),
   };
-}
-
-/** A step's id on lifecycle events: node id and path, in the characters the events service keeps. */
-export function stepIdOf(event: { nodeId?: string; path?: string }): string {
-  return `${event.nodeId ?? ""}@${(event.path ?? "").replace(/^\//, "").replaceAll("/", ".")}`;
 }
 
 /** The bag's `output` as the job's result text. */

@@ -8,9 +8,11 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
+import { publicIdentifier } from "@oz0/events-client";
 import {
   canonicalJson,
   parseDefinitionYaml,
+  stepPathBounds,
   validateDefinition,
   type Flow,
   type GraphDefinition,
@@ -19,6 +21,7 @@ import {
 import type { GraphStore, GraphVersionRecord, NewGraphVersion } from "../store/graph-store.js";
 import type { JobStore } from "../store/job-store.js";
 import { invalidArgument, notFound } from "../orchestrator-error.js";
+import { stepIdOf } from "./graph-step-notes.js";
 
 export type { GraphVersionRecord } from "../store/graph-store.js";
 
@@ -135,6 +138,7 @@ export class GraphRegistry {
         );
       }
       seen.add(definition.name);
+      checkStepIds(rel, definition);
       for (const node of graphNodes(definition)) {
         if (node.kind !== "step") continue;
         if (!node.module)
@@ -178,6 +182,23 @@ export class GraphRegistry {
   /** Every graph at its latest version. */
   async listLatest(): Promise<GraphVersionRecord[]> {
     return this.#graphs.listLatestVersions();
+  }
+}
+
+/**
+ * A step's lifecycle events carry `<node id>@<step path>` as graph_step_id, which the events service keeps only
+ * as an identifier (@oz0/events-client: at most 128 of [A-Za-z0-9_.:@+-], the first a letter or digit, no session
+ * token) and clears otherwise, losing which step the event is about. The node id is the author's, so a graph
+ * whose ids cannot be carried, at the longest path a run can reach (loops at their last iteration, a manager's
+ * retries included), is refused here rather than its events losing their step.
+ */
+function checkStepIds(rel: string, definition: GraphDefinition): void {
+  for (const bound of stepPathBounds(definition)) {
+    const stepId = stepIdOf({ nodeId: bound.nodeId, path: bound.longestPath });
+    if (publicIdentifier(stepId) !== undefined) continue;
+    throw invalidArgument(
+      `${rel}: field ${bound.where}: node id "${bound.nodeId}" cannot name its step on lifecycle events, which carry "<node id>@<step path>" (here up to "${stepId}", ${stepId.length} characters) and keep at most 128 characters of letters, digits and _.:@+-, starting with a letter or digit; give the node a shorter id of those characters`,
+    );
   }
 }
 

@@ -40,3 +40,11 @@ export function readStepNote(text: string): { kind: StepNoteKind; where: string 
   const kind = (Object.keys(MARK) as StepNoteKind[]).find((k) => MARK[k] === match[1] && VERB[k] === match[3]);
   return kind ? { kind, where: match[2]! } : undefined;
 }
+
+/**
+ * A step's id on lifecycle events (graph_step_id): node id and path, in the characters the events service keeps.
+ * The registry refuses a graph whose longest one the events service would clear (graph-registry.ts).
+ */
+export function stepIdOf(event: { nodeId?: string; path?: string }): string {
+  return `${event.nodeId ?? ""}@${(event.path ?? "").replace(/^\//, "").replaceAll("/", ".")}`;
+}
