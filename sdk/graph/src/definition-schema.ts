@@ -147,10 +147,43 @@ function problemOf(e: ErrorObject): DefinitionProblem {
 }
 
 /**
+ * How deep a definition may nest mappings and lists (the document itself is the first level; a parallel, choice
+ * or loop inside another adds three). Readers and checkers walk a definition recursively: far deeper, the YAML
+ * parser and the schema checker ran out of stack ("Maximum call stack size exceeded"), which said nothing of why.
+ */
+export const MAX_DEFINITION_DEPTH = 100;
+
+function tooDeep(path: string): GraphValidationError {
+  return new GraphValidationError([
+    {
+      code: "DEFINITION_TOO_DEEP",
+      path,
+      message: `is nested more than ${MAX_DEFINITION_DEPTH} levels deep; a definition may nest at most ${MAX_DEFINITION_DEPTH} levels of mappings and lists (a parallel, choice or loop inside another takes three), so put fewer of them inside each other`,
+    },
+  ]);
+}
+
+/** Where `value` first nests deeper than {@link MAX_DEFINITION_DEPTH}, walked without recursion; undefined if nowhere. */
+function tooDeepAt(value: unknown): string | undefined {
+  const stack: { value: unknown; path: string; depth: number }[] = [{ value, path: "", depth: 1 }];
+  while (stack.length > 0) {
+    const { value: v, path, depth } = stack.pop() as { value: unknown; path: string; depth: number };
+    if (typeof v !== "object" || v === null) continue;
+    if (depth > MAX_DEFINITION_DEPTH) return path || "/";
+    for (const [key, child] of Object.entries(v)) {
+      stack.push({ value: child, path: `${path}/${key.replace(/~/g, "~0").replace(/\//g, "~1")}`, depth: depth + 1 });
+    }
+  }
+  return undefined;
+}
+
+/**
  * Checks `value` against {@link graphDefinitionSchema} and returns it typed.
  * @throws GraphValidationError naming each offending field.
  */
 export function parseDefinition(value: unknown): GraphDefinition {
+  const deep = tooDeepAt(value);
+  if (deep !== undefined) throw tooDeep(deep);
   if (!check(value)) {
     // `if/then` wrappers add noise ("must match then schema") on top of the real finding.
     const errors = (check.errors ?? []).filter((e) => e.keyword !== "if");
@@ -168,6 +201,8 @@ export function parseDefinitionYaml(text: string): GraphDefinition {
   try {
     doc = parseYamlText(text);
   } catch (e) {
+    // The parser recurses per level: a document this deep is far past the limit parseDefinition names.
+    if (e instanceof RangeError || /Maximum call stack size exceeded/.test((e as Error).message)) throw tooDeep("/");
     throw new GraphValidationError([
       { code: "YAML_SYNTAX", path: "/", message: `is not valid YAML (${(e as Error).message}); fix the syntax` },
     ]);

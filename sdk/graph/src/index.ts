@@ -20,7 +20,13 @@ export {
   type ParallelNode,
   type TriggerDefinition,
 } from "./definition.js";
-export { definitionToYaml, graphDefinitionSchema, parseDefinition, parseDefinitionYaml } from "./definition-schema.js";
+export {
+  MAX_DEFINITION_DEPTH,
+  definitionToYaml,
+  graphDefinitionSchema,
+  parseDefinition,
+  parseDefinitionYaml,
+} from "./definition-schema.js";
 export { canonicalJson, definitionHash } from "./definition-hash.js";
 export { GraphError, GraphValidationError, type DefinitionProblem, type GraphErrorCode } from "./errors.js";
 export {

@@ -15,6 +15,7 @@ import {
   definitionToYaml,
   graphDefinitionSchema,
   InProcessExecutor,
+  parseDefinition,
   parseDefinitionYaml,
   renderGraph,
   toMermaid,
@@ -355,4 +356,43 @@ void test("maxParallelBranches and maxConcurrentSteps bound what a run starts at
   assert.deepEqual(problems({ maxParallelBranches: 2 }), ["PARALLEL_TOO_MANY_BRANCHES /graphs/three/0/branches"]);
   // The outer node runs the subgraph's three beside its own agent; the subgraph alone stays within the limit.
   assert.deepEqual(problems({ maxConcurrentSteps: 3 }), ["TOO_MANY_CONCURRENT_STEPS /root/0"]);
+});
+
+void test("a definition nested past the depth limit is refused naming the limit, however it is written", () => {
+  const nested = (depth: number): string => {
+    let node = `{"kind":"agent","id":"agent:a","agent":"a"}`;
+    for (let i = 0; i < depth; i++) node = `{"kind":"parallel","id":"parallel:${i}","branches":[[${node}]]}`;
+    return `{"format":"oz0.graph/v1","kind":"harness","name":"d","id":"harness:d","root":[${node}]}`;
+  };
+  const block = (depth: number): string => {
+    const lines = ["format: oz0.graph/v1", "kind: harness", "name: d", "id: harness:d", "root:"];
+    let indent = "  ";
+    for (let i = 0; i < depth; i++) {
+      lines.push(`${indent}- kind: parallel`, `${indent}  id: parallel:${i}`, `${indent}  branches:`, `${indent}    -`);
+      indent += "      ";
+    }
+    lines.push(`${indent}- { kind: agent, id: "agent:a", agent: a }`);
+    return lines.join("\n");
+  };
+  const tooDeep = (e: unknown): boolean => {
+    assert.ok(e instanceof GraphValidationError, String(e));
+    assert.equal(e.problems.length, 1);
+    assert.equal(e.problems[0]?.code, "DEFINITION_TOO_DEEP");
+    assert.match(
+      e.problems[0]?.message ?? "",
+      /nested more than 100 levels deep; a definition may nest at most 100 levels of mappings and lists/,
+    );
+    return true;
+  };
+  // 32 parallels inside each other are 99 levels (three each, and the document's own); 33 are too many.
+  assert.equal(parseDefinitionYaml(nested(32)).root.length, 1);
+  assert.equal(parseDefinitionYaml(block(32)).root.length, 1);
+  assert.throws(() => parseDefinitionYaml(nested(33)), tooDeep);
+  assert.throws(() => parseDefinitionYaml(block(33)), tooDeep);
+  // Deep enough to overflow the YAML parser's stack, or the schema checker's.
+  assert.throws(() => parseDefinitionYaml(nested(500)), tooDeep);
+  assert.throws(() => parseDefinitionYaml(block(500)), tooDeep);
+  assert.throws(() => parseDefinition(JSON.parse(nested(2000))), tooDeep);
+  const result = validateDefinition(JSON.parse(nested(2000)));
+  assert.equal(result.ok ? "" : result.problems[0]?.code, "DEFINITION_TOO_DEEP");
 });

@@ -94,3 +94,12 @@ void test("a node id its step's lifecycle events could not carry is refused: too
     /field \/root\/0: node id "choice:é" cannot name its step/,
   );
 });
+
+void test("a definition nested hundreds deep is refused naming the depth limit, not as a stack overflow", async () => {
+  let node = `{"kind":"agent","id":"agent:writer","agent":"writer"}`;
+  for (let i = 0; i < 500; i++) node = `{"kind":"parallel","id":"parallel:${i}","branches":[[${node}]]}`;
+  await assert.rejects(
+    prepare(`{"format":"oz0.graph/v1","kind":"harness","name":"deep","id":"harness:deep","root":[${node}]}`),
+    /graph-\d+\.yaml: the graph definition is invalid: \/: is nested more than 100 levels deep; a definition may nest at most 100 levels/,
+  );
+});
