@@ -103,3 +103,16 @@ void test("a definition nested hundreds deep is refused naming the depth limit, 
     /graph-\d+\.yaml: the graph definition is invalid: \/: is nested more than 100 levels deep; a definition may nest at most 100 levels/,
   );
 });
+
+void test("a graph is named like an agent: lower-case letters, digits and '-', starting with a letter", async () => {
+  for (const name of ["Fan Out", "fan_out", "-fan", "fan/out", "f".repeat(65), "élan"]) {
+    await assert.rejects(
+      prepare(harness(writer("agent:writer"), name)),
+      new RegExp(
+        `field /name: graph name ${JSON.stringify(name).replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")} is not a name of lower-case letters, digits and '-', starting with a letter, at most 64 characters \\(the rule for agent names, which share its name space\\); rename the graph`,
+      ),
+      name,
+    );
+  }
+  await prepare(harness(writer("agent:writer"), `f${"-9".repeat(31)}a`));
+});

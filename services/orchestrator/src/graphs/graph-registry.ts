@@ -21,6 +21,7 @@ import {
 import type { GraphStore, GraphVersionRecord, NewGraphVersion } from "../store/graph-store.js";
 import type { JobStore } from "../store/job-store.js";
 import { invalidArgument, notFound } from "../orchestrator-error.js";
+import { NAME_PATTERN, NAME_WORDS } from "../plugins/yaml-validation.js";
 import { stepIdOf } from "./graph-step-notes.js";
 
 export type { GraphVersionRecord } from "../store/graph-store.js";
@@ -128,6 +129,11 @@ export class GraphRegistry {
         const problems = result.problems.map((p) => `${p.code} at ${p.path}: ${p.message}`).join("; ");
         throw invalidArgument(`${rel}: graph "${definition.name}" is invalid: ${problems}`);
       }
+      // `oz0 run NAME` runs an agent or a graph by its name: a graph's follows the rule of agents'.
+      if (!NAME_PATTERN.test(definition.name))
+        throw invalidArgument(
+          `${rel}: field /name: graph name ${JSON.stringify(definition.name)} is not a name of ${NAME_WORDS} (the rule for agent names, which share its name space); rename the graph`,
+        );
       if (seen.has(definition.name))
         throw invalidArgument(
           `${rel}: field /name: graph "${definition.name}" is defined twice in this plugin; rename one`,

@@ -26,7 +26,11 @@ function validator(name: SchemaName): ValidateFunction {
   return fn;
 }
 
-const NAME_WORDS = "lower-case letters, digits and '-', starting with a letter, at most 64 characters";
+/** The rule for the names agent.schema.json gives agents (and plugins, harnesses), in words. */
+export const NAME_WORDS = "lower-case letters, digits and '-', starting with a letter, at most 64 characters";
+
+/** Agent names' pattern in agent.schema.json, for names checked outside a schema (a graph's: one name space). */
+export const NAME_PATTERN = /^[a-z][a-z0-9-]{0,63}$/;
 
 /**
  * The schemas' patterns in words: a person fixing a name should not have to read a regular expression.
