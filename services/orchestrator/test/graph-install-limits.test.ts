@@ -5,8 +5,13 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { definitionToYaml, type Flow, type GraphDefinition } from "@oz0/graph";
+import { createLogger } from "@oz0/serving";
+import { GraphJobs } from "../src/graphs/graph-jobs.js";
 import { GraphRegistry } from "../src/graphs/graph-registry.js";
-import type { GraphStore } from "../src/store/graph-store.js";
+import { JobFeed } from "../src/jobs/job-feed.js";
+import type { JobRunner } from "../src/jobs/job-runner.js";
+import type { SandboxPlacement } from "../src/sessions/sandbox-placement.js";
+import { openGraphStore, type GraphStore } from "../src/store/graph-store.js";
 import { SqliteJobStore } from "../src/store/sqlite-store.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "oz0-graph-install-limits-"));
@@ -115,4 +120,35 @@ void test("a graph is named like an agent: lower-case letters, digits and '-', s
     );
   }
   await prepare(harness(writer("agent:writer"), `f${"-9".repeat(31)}a`));
+});
+
+void test("a graph version installed before the fan-out limits is not run", async () => {
+  const graphStore = await openGraphStore({ home: dir });
+  try {
+    const published = new GraphRegistry({ store, graphStore });
+    const branches = Array.from({ length: 40 }, (_, i) => writer(`agent:writer-${i}`));
+    // Published as an older orchestrator did, without the limits.
+    await published.publishVersion({
+      graph: { file: "wide.yaml", definition: harness([{ kind: "parallel", id: "parallel:all", branches }], "wide") },
+      plugin: "old",
+      pluginVersion: "1",
+      pluginPath: dir,
+    });
+    const graphs = new GraphJobs({
+      graphStore,
+      store,
+      feed: new JobFeed(),
+      jobs: {} as JobRunner,
+      registry: published,
+      placement: {} as SandboxPlacement,
+      logger: createLogger({ name: "graph-install-limits", level: "error" }),
+    });
+    await assert.rejects(
+      graphs.run({ graph: "wide", input: "go" }),
+      /graph wide version 1 \(plugin old\) was installed before its limits were checked and is not run: PARALLEL_TOO_MANY_BRANCHES at \/root\/0\/branches: parallel "parallel:all" has 40 branches; .*; fix the graph and install its plugin again/,
+    );
+    assert.deepEqual(await store.listJobs({ limit: 10 }), [], "no job was created");
+  } finally {
+    await graphStore.close();
+  }
 });

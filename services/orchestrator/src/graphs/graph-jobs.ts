@@ -162,7 +162,7 @@ export class GraphJobs {
     checkJobInput(options.input);
     if (this.#closing)
       throw new OrchestratorError("unavailable", "the orchestrator is shutting down; try again when it is back");
-    const graph = await this.#o.registry.resolveVersion(options.graph);
+    const graph = await this.#o.registry.runnableVersion(options.graph);
     // Pin every agent's latest version now: a run never changes agents half way.
     const pinned: Record<string, number> = {};
     for (const name of graphAgents(graph.definition)) {

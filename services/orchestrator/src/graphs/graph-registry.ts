@@ -20,7 +20,7 @@ import {
 } from "@oz0/graph";
 import type { GraphStore, GraphVersionRecord, NewGraphVersion } from "../store/graph-store.js";
 import type { JobStore } from "../store/job-store.js";
-import { invalidArgument, notFound } from "../orchestrator-error.js";
+import { failedPrecondition, invalidArgument, notFound } from "../orchestrator-error.js";
 import { NAME_PATTERN, NAME_WORDS } from "../plugins/yaml-validation.js";
 import { stepIdOf } from "./graph-step-notes.js";
 
@@ -183,6 +183,23 @@ export class GraphRegistry {
     const found = await this.findVersion(name, version);
     if (found) return found;
     throw notFoundError(name, version, version ? await this.findVersion(name) : undefined);
+  }
+
+  /**
+   * The version to run, refused when it starts more steps at once than the install now allows: a version
+   * installed before the limits would still have fanned out to every branch.
+   */
+  async runnableVersion(name: string): Promise<GraphVersionRecord> {
+    const graph = await this.resolveVersion(name);
+    const result = validateDefinition(graph.definition, {
+      maxParallelBranches: MAX_PARALLEL_BRANCHES,
+      maxConcurrentSteps: MAX_CONCURRENT_STEPS,
+    });
+    if (result.ok) return graph;
+    const problems = result.problems.map((p) => `${p.code} at ${p.path}: ${p.message}`).join("; ");
+    throw failedPrecondition(
+      `graph ${graph.name} version ${graph.version} (plugin ${graph.plugin}) was installed before its limits were checked and is not run: ${problems}; fix the graph and install its plugin again`,
+    );
   }
 
   /** Every graph at its latest version. */
