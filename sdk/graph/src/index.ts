@@ -106,6 +106,8 @@ export {
   type StepPathBound,
 } from "./graph-runner.js";
 export {
+  MAX_GRAPH_NODES,
+  MAX_SUBGRAPH_NESTING,
   assertValidDefinition,
   validateDefinition,
   type ValidateOptions,

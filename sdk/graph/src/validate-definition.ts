@@ -14,6 +14,12 @@ import {
 import { parseDefinition } from "./definition-schema.js";
 import { GraphValidationError, type DefinitionProblem } from "./errors.js";
 
+/** How many subgraph references may be inside each other (a graph referring to one that refers to another...). */
+export const MAX_SUBGRAPH_NESTING = 32;
+
+/** How many nodes a graph may have with its subgraph references expanded (each reference counts its subgraph's). */
+export const MAX_GRAPH_NODES = 10_000;
+
 /** Options for {@link validateDefinition}. */
 export interface ValidateOptions {
   /** Agent names that resolve; when absent, agent names are not checked. */
@@ -173,6 +179,11 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
   checkFlow(def.root, "/root");
   for (const [name, flow] of Object.entries(graphs)) checkFlow(flow, `/graphs/${escapePointer(name)}`);
 
+  // The checks below follow references, recursively and expanding each: bounded first, or a long chain of
+  // references overflowed the stack and a few subgraphs each referred to twice expanded exponentially.
+  const bounds = referenceBounds(def);
+  if (bounds.some((p) => p.code === "SUBGRAPHS_TOO_DEEP")) return { ok: false, problems: [...problems, ...bounds] };
+
   // Cycles: a graph reference that leads back to itself repeats steps with no
   // bound; only loop(...) may repeat.
   const refsOf = (flow: Flow): { graph: string; at: string }[] => {
@@ -212,12 +223,71 @@ export function validateDefinition(value: unknown, options: ValidateOptions = {}
   visit(def.name, def.root, "/root", [def.name]);
 
   if (reported.size === 0) {
-    problems.push(...duplicateIds(def));
+    // It expands every reference: only for a graph of bounded size.
+    if (bounds.length === 0) problems.push(...duplicateIds(def));
     // Only without cycles: a subgraph reference is as wide as its subgraph.
     problems.push(...tooWide(def, options));
   }
+  problems.push(...bounds);
 
   return problems.length === 0 ? { ok: true, definition: def, problems: [] } : { ok: false, problems };
+}
+
+/**
+ * Subgraph references nested more than {@link MAX_SUBGRAPH_NESTING} deep, or expanding to more than
+ * {@link MAX_GRAPH_NODES} nodes. Each subgraph is measured once (its nodes and how deep references nest inside
+ * it, memoised) and the walk stops at the nesting limit, so this neither recurses without bound nor expands
+ * anything. A reference back into the chain being measured is a cycle, left to the cycle check.
+ */
+function referenceBounds(def: GraphDefinition): DefinitionProblem[] {
+  const graphs = subgraphsOf(def);
+  const measured = new Map<string, { nodes: number; nesting: number }>();
+  const chain: string[] = [def.name];
+  let tooDeep: DefinitionProblem | undefined;
+  const measure = (flow: Flow, where: string): { nodes: number; nesting: number } => {
+    let nodes = 0;
+    let nesting = 0;
+    walkNodes(flow, where, (n, at) => {
+      nodes++;
+      if (n.kind !== "graph") return;
+      const inner = referenced(n.graph, at);
+      nodes += inner.nodes;
+      nesting = Math.max(nesting, inner.nesting);
+    });
+    return { nodes, nesting };
+  };
+  const referenced = (name: string, at: string): { nodes: number; nesting: number } => {
+    const none = { nodes: 0, nesting: 0 };
+    if (tooDeep || chain.includes(name)) return none;
+    const flow = graphs[name] ?? (name === def.name ? def.root : undefined);
+    if (flow === undefined) return none;
+    const known = measured.get(name);
+    // References nested here: those on the chain, this one, and the deepest inside it.
+    if (chain.length + (known?.nesting ?? 0) > MAX_SUBGRAPH_NESTING) {
+      tooDeep = {
+        code: "SUBGRAPHS_TOO_DEEP",
+        path: at,
+        message: `subgraph references nest more than ${MAX_SUBGRAPH_NESTING} deep (${[...chain, name].join(" → ")}${known ? " → …" : ""}); a graph may reference subgraphs at most ${MAX_SUBGRAPH_NESTING} deep, so put some of their steps into the graph that refers to them`,
+      };
+      return none;
+    }
+    if (known) return { nodes: known.nodes, nesting: known.nesting + 1 };
+    chain.push(name);
+    const inside = measure(flow, name in graphs ? `/graphs/${escapePointer(name)}` : "/root");
+    chain.pop();
+    measured.set(name, inside);
+    return { nodes: inside.nodes, nesting: inside.nesting + 1 };
+  };
+  const { nodes } = measure(def.root, "/root");
+  if (tooDeep) return [tooDeep];
+  if (nodes <= MAX_GRAPH_NODES) return [];
+  return [
+    {
+      code: "GRAPH_TOO_LARGE",
+      path: "/root",
+      message: `with its subgraph references expanded, this graph has more than ${MAX_GRAPH_NODES} nodes; a graph may have at most ${MAX_GRAPH_NODES}, so refer to fewer subgraphs more than once`,
+    },
+  ];
 }
 
 /**

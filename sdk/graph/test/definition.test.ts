@@ -396,3 +396,76 @@ void test("a definition nested past the depth limit is refused naming the limit,
   const result = validateDefinition(JSON.parse(nested(2000)));
   assert.equal(result.ok ? "" : result.problems[0]?.code, "DEFINITION_TOO_DEEP");
 });
+
+void test("subgraph references are bounded: nested too deep or expanding to too many steps is refused, at once", () => {
+  const harnessOf = (graphs: Record<string, GraphDefinition["root"]>): GraphDefinition => ({
+    format: "oz0.graph/v1",
+    kind: "harness",
+    name: "refs",
+    id: "harness:refs",
+    root: [{ kind: "graph", id: "graph:g0", graph: "g0" }],
+    graphs,
+  });
+  const codes = (def: GraphDefinition): string[] => {
+    const result = validateDefinition(def);
+    return result.ok ? [] : result.problems.map((p) => `${p.code} ${p.path}`);
+  };
+  const leaf: GraphDefinition["root"] = [{ kind: "agent", id: "agent:a", agent: "a" }];
+  // A chain of references: 32 inside each other are fine, 5,000 overflowed the validator's stack.
+  const chain = (n: number): Record<string, GraphDefinition["root"]> =>
+    Object.fromEntries(
+      Array.from({ length: n }, (_, i) => [
+        `g${i}`,
+        i + 1 < n ? [{ kind: "graph" as const, id: `graph:g${i + 1}`, graph: `g${i + 1}` }] : leaf,
+      ]),
+    );
+  assert.deepEqual(codes(harnessOf(chain(32))), []);
+  assert.deepEqual(codes(harnessOf(chain(33))), ["SUBGRAPHS_TOO_DEEP /graphs/g31/0"]);
+  assert.match(
+    (validateDefinition(harnessOf(chain(5000))) as { problems: { message: string }[] }).problems[0]?.message ?? "",
+    /subgraph references nest more than 32 deep \(refs → g0 → g1 → .* → g32\); a graph may reference subgraphs at most 32 deep/,
+  );
+  // A subgraph measured first from near the top is as deep when reached again through a longer chain.
+  const late = harnessOf(chain(40));
+  late.root = [
+    { kind: "graph", id: "graph:g8", graph: "g8" },
+    { kind: "graph", id: "graph:g0", graph: "g0" },
+  ];
+  assert.deepEqual(codes(late), ["SUBGRAPHS_TOO_DEEP /graphs/g7/0"]);
+  // Doubling through parallel branches down to an empty flow: no step at all, 2^30 nodes still.
+  const empty: Record<string, GraphDefinition["root"]> = Object.fromEntries(
+    Array.from({ length: 30 }, (_, i) => {
+      const next = { kind: "graph" as const, id: `graph:g${i + 1}`, graph: `g${i + 1}` };
+      return [`g${i}`, [{ kind: "parallel" as const, id: `parallel:p${i}`, branches: [[next], [next]] }]];
+    }),
+  );
+  empty.g30 = [];
+  assert.deepEqual(codes(harnessOf(empty)), ["GRAPH_TOO_LARGE /root"]);
+  // Each subgraph refers to the next in both arms of a choice (only one runs, so the ids are fine): 2^30 steps.
+  const doubling: Record<string, GraphDefinition["root"]> = Object.fromEntries(
+    Array.from({ length: 30 }, (_, i) => {
+      const next = { kind: "graph" as const, id: `graph:g${i + 1}`, graph: `g${i + 1}` };
+      return [
+        `g${i}`,
+        [
+          {
+            kind: "choice" as const,
+            id: `choice:c${i}`,
+            key: "k",
+            arms: [
+              { label: "a", flow: [next] },
+              { label: "b", flow: [next] },
+            ],
+          },
+        ],
+      ];
+    }),
+  );
+  doubling.g30 = leaf;
+  const result = validateDefinition(harnessOf(doubling));
+  assert.deepEqual(result.ok ? [] : result.problems.map((p) => `${p.code} ${p.path}`), ["GRAPH_TOO_LARGE /root"]);
+  assert.match(
+    result.ok ? "" : (result.problems[0]?.message ?? ""),
+    /with its subgraph references expanded, this graph has more than 10000 nodes; a graph may have at most 10000/,
+  );
+});
