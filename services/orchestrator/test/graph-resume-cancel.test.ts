@@ -136,3 +136,103 @@ void test("a cancel while a graph job resumes, before its run is launched, ends 
     rmSync(home, { recursive: true, force: true });
   }
 });
+
+void test("a cancel as a new graph job is stored, before its run is launched, ends the run before any step starts", async () => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "oz0-graph-create-cancel-"));
+  const store = new SqliteJobStore({ file: path.join(home, "orchestrator.db") });
+  const graphStore = await openGraphStore({ home });
+  try {
+    const registry = new GraphRegistry({ store, graphStore });
+    // A custom step: no agent to pin, and its start is the placement of its session.
+    await registry.publishVersion({
+      graph: {
+        file: "steps.yaml",
+        definition: {
+          ...definition,
+          name: "steps",
+          id: "harness:steps",
+          root: [{ kind: "step", id: "step:s", step: "s", module: "s.mjs" }],
+        },
+      },
+      plugin: "p",
+      pluginVersion: "1",
+      pluginPath: home,
+    });
+    const placed: string[] = [];
+    let letGo!: () => void;
+    const settled = new Promise<void>((resolve) => (letGo = resolve));
+    const placement = {
+      tracksNodes: false,
+      lostSession: async () => undefined,
+      release: async () => undefined,
+      place: async (options: { sessionId: string }) => {
+        placed.push(options.sessionId);
+        letGo();
+        return new Promise<never>(() => undefined);
+      },
+    } as unknown as SandboxPlacement;
+    const checkpoints = graphStore.checkpoints;
+    const watchedGraphStore = new Proxy(graphStore, {
+      get: (target, key) =>
+        key === "checkpoints"
+          ? {
+              ...Object.fromEntries(
+                (["createRun", "getRun", "listRuns", "recordStep", "loadSteps", "reopenRun"] as const).map((m) => [
+                  m,
+                  checkpoints[m].bind(checkpoints),
+                ]),
+              ),
+              finishRun: (...args: Parameters<typeof checkpoints.finishRun>) => {
+                letGo();
+                return checkpoints.finishRun(...args);
+              },
+            }
+          : (Reflect.get(target, key) as unknown),
+    }) as GraphStore;
+    // The cancel lands once the job is stored, before the run is set up: the run goes on once the cancel found
+    // no run in flight and is ending the job.
+    let cancelling!: () => void;
+    const cancelDecided = new Promise<void>((resolve) => (cancelling = resolve));
+    const watchedStore = new Proxy(store, {
+      get: (target, key) => {
+        if (key === "createJob")
+          return async (...args: Parameters<JobStore["createJob"]>) => {
+            const created = await target.createJob(...args);
+            void graphs.cancel({ jobId: args[0].id, reason: "not needed any more" });
+            await cancelDecided;
+            return created;
+          };
+        if (key === "append")
+          return async (step: Parameters<JobStore["append"]>[0]) => {
+            if (step.job?.state === "cancelled") {
+              cancelling();
+              await settled;
+            }
+            return target.append(step);
+          };
+        return Reflect.get(target, key) as unknown;
+      },
+    }) as JobStore;
+    const graphs = new GraphJobs({
+      graphStore: watchedGraphStore,
+      store: watchedStore,
+      feed: new JobFeed(),
+      jobs: {} as JobRunner,
+      registry,
+      placement,
+      logger: createLogger({ name: "graph-create-cancel", level: "error" }),
+    });
+    const job = await graphs.run({ graph: "steps", input: "go" });
+    const done = await eventually(async () => {
+      const current = await store.getJob(job.id);
+      return current && isTerminal(current.state) ? current : undefined;
+    }, "the graph job's end");
+    assert.equal(done.state, "cancelled", done.error);
+    assert.deepEqual(placed, [], "no step started for the cancelled run");
+    await graphs.close();
+  } finally {
+    await graphStore.close();
+    await store.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+});

@@ -206,6 +206,8 @@ export class GraphJobs {
     // span for whichever replica resumes the run and for links from calls about it.
     const traceId = this.#o.lifecycle?.traceIdOf?.(job.id);
     const traceparent = this.#o.lifecycle?.traceparentOf?.(job.id);
+    // Before the job exists: a cancel may land as soon as it is stored, before its run is launched.
+    const cancel = this.#cancelFor(job.id);
     try {
       await this.#graphs.putGraphJob({
         jobId: job.id,
@@ -223,12 +225,15 @@ export class GraphJobs {
     } catch (error) {
       // Not created: its span ends here, and a lease kept (and renewed) would be for nothing.
       this.#o.lifecycle?.withdrawn?.(job.id);
+      this.#forgetCancel(job.id, cancel);
       await this.#ownership.release(job.id).catch(() => undefined);
       throw error;
     }
     // Its lease lost meanwhile: whoever takes the run over (this replica too, under a new lease) resumes it.
-    if (!this.#ownership.owns(job.id)) return (await this.#o.store.getJob(job.id))!;
-    const cancel = this.#cancelFor(job.id);
+    if (!this.#ownership.owns(job.id)) {
+      this.#forgetCancel(job.id, cancel);
+      return (await this.#o.store.getJob(job.id))!;
+    }
     const active = this.#activate(job.id, graph, pinned);
     this.#started.set(job.id, Date.now());
     const handle = await active.runner.start({ prompt: job.input, runId: job.id, signal: cancel });
@@ -346,7 +351,10 @@ export class GraphJobs {
       return false;
     }
     // The lease was lost while reading (or the orchestrator is closing): leave the run to whoever has it.
-    if (this.#closing || !this.#ownership.owns(job.id)) return false;
+    if (this.#closing || !this.#ownership.owns(job.id)) {
+      this.#forgetCancel(job.id, cancel);
+      return false;
+    }
     try {
       const active = this.#activate(job.id, graph, row.pinnedAgents);
       this.#started.set(job.id, Date.now());
@@ -374,6 +382,11 @@ export class GraphJobs {
     const controller = new AbortController();
     this.#cancels.set(jobId, controller);
     return controller.signal;
+  }
+
+  /** Forget `cancel` for a run not set up after all; a later set-up of the same job keeps its own. */
+  #forgetCancel(jobId: string, cancel: AbortSignal): void {
+    if (this.#cancels.get(jobId)?.signal === cancel) this.#cancels.delete(jobId);
   }
 
   /** Forget a run here; a halted run records and writes nothing more. */
