@@ -366,31 +366,97 @@ function duplicateIds(def: GraphDefinition): DefinitionProblem[] {
     });
   };
   expand(def.root, "/root", []);
-  const exclusive = (a: Occurrence, b: Occurrence): boolean =>
-    a.arms.some((x) => {
-      const choice = x.slice(0, x.lastIndexOf("#"));
-      return b.arms.some((y) => y !== x && y.slice(0, y.lastIndexOf("#")) === choice);
-    });
   const problems: DefinitionProblem[] = [];
   const byId = new Map<string, Occurrence[]>();
-  for (const o of occurrences) byId.set(o.id, [...(byId.get(o.id) ?? []), o]);
+  for (const o of occurrences) {
+    const list = byId.get(o.id);
+    if (list) list.push(o);
+    else byId.set(o.id, [o]);
+  }
   for (const [id, list] of byId) {
-    for (let i = 0; i < list.length; i++) {
-      for (let j = 0; j < i; j++) {
-        const a = list[j] as Occurrence;
-        const b = list[i] as Occurrence;
-        if (!exclusive(a, b)) {
-          problems.push({
-            code: "DUPLICATE_NODE_ID",
-            path: b.where,
-            message: `node id "${id}" is also used at ${a.where} and both can run in one run, so events would be ambiguous; give one its own id (agent("name", { id }) or the step's id option)`,
-          });
-          j = i;
-        }
-      }
+    const earlier = new ArmTree();
+    for (const b of list) {
+      const a = earlier.runsWith(b);
+      if (a)
+        problems.push({
+          code: "DUPLICATE_NODE_ID",
+          path: b.where,
+          message: `node id "${id}" is also used at ${a.where} and both can run in one run, so events would be ambiguous; give one its own id (agent("name", { id }) or the step's id option)`,
+        });
+      earlier.add(b);
     }
   }
   return problems;
+}
+
+/** The choice of an arm entry (`<choice position>#<arm>`). */
+const choiceOf = (arm: string): string => arm.slice(0, arm.lastIndexOf("#"));
+
+interface ArmTreeNode {
+  /** The first occurrence whose arms end here. */
+  endsHere?: Occurrence;
+  /** The first occurrence at or below here. */
+  first?: Occurrence;
+  /** The first occurrences below here under each of the first two choices met (the earliest two). */
+  byChoice: Array<{ choice: string; first: Occurrence }>;
+  children: Map<string, ArmTreeNode>;
+}
+
+/**
+ * One node id's occurrences so far, by the choice arms on their way. Two occurrences never both run when, where
+ * their arms first differ, they lie in different arms of one choice (arms nest from the root, and a choice's
+ * position names it). So the earlier occurrence a later one runs with, if any, is found in one walk down its
+ * arms: one whose arms end on the way, one under another choice on the way, or one at or below its end. Pairs
+ * compared one by one took seconds for a few thousand places (a choice of many arms naming one agent), on the
+ * thread that installs.
+ */
+class ArmTree {
+  readonly #root: ArmTreeNode = { byChoice: [], children: new Map() };
+
+  /** The earliest occurrence added that can run in one run with `b`, if any. */
+  runsWith(b: Occurrence): Occurrence | undefined {
+    let best: Occurrence | undefined;
+    let bestIndex = Infinity;
+    const consider = (o: Occurrence | undefined): void => {
+      if (o === undefined) return;
+      const index = this.#order.get(o)!;
+      if (index < bestIndex) {
+        best = o;
+        bestIndex = index;
+      }
+    };
+    let node: ArmTreeNode | undefined = this.#root;
+    for (const arm of b.arms) {
+      consider(node.endsHere);
+      const choice = choiceOf(arm);
+      consider(node.byChoice.find((c) => c.choice !== choice)?.first);
+      node = node.children.get(arm);
+      if (node === undefined) return best;
+    }
+    consider(node.first);
+    return best;
+  }
+
+  readonly #order = new Map<Occurrence, number>();
+
+  add(o: Occurrence): void {
+    this.#order.set(o, this.#order.size);
+    let node = this.#root;
+    node.first ??= o;
+    for (const arm of o.arms) {
+      const choice = choiceOf(arm);
+      if (node.byChoice.length < 2 && !node.byChoice.some((c) => c.choice === choice))
+        node.byChoice.push({ choice, first: o });
+      let child = node.children.get(arm);
+      if (child === undefined) {
+        child = { byChoice: [], children: new Map() };
+        node.children.set(arm, child);
+      }
+      node = child;
+      node.first ??= o;
+    }
+    node.endsHere ??= o;
+  }
 }
 
 /**

@@ -193,6 +193,55 @@ void test("duplicate node ids are refused where both can run, allowed across arm
   ]);
 });
 
+void test("duplicate node ids among thousands of places: across arms of nested choices allowed, anywhere both run refused, in one walk each", () => {
+  const leaf = (agentName = "w") => ({ kind: "agent", id: `agent:${agentName}`, agent: agentName });
+  // Binary choices 12 deep: 4,096 places of one agent, no two of which run in one run.
+  const nested = (depth: number, at = 1): unknown[] =>
+    depth === 0
+      ? [leaf()]
+      : [
+          {
+            kind: "choice",
+            id: `choice-key:k${at}`,
+            key: `k${at}`,
+            arms: [
+              { label: "a", flow: nested(depth - 1, at * 2) },
+              { label: "b", flow: nested(depth - 1, at * 2 + 1) },
+            ],
+          },
+        ];
+  const definition = (root: unknown[]) => ({
+    format: "oz0.graph/v1",
+    kind: "harness",
+    name: "h",
+    id: "harness:h",
+    root,
+  });
+  assert.deepEqual(codes(definition(nested(12))), []);
+  // One more after the choices runs with whichever arm ran: refused once, naming the first place.
+  const after = validateDefinition(definition([...nested(12), leaf()]));
+  assert.deepEqual(
+    after.problems.map((p) => [p.code, p.path]),
+    [["DUPLICATE_NODE_ID", "/root/1"]],
+  );
+  assert.match(after.problems[0]!.message, new RegExp(`also used at /root/0${"/arms/0/flow/0".repeat(12)} and both`));
+  const choice = (id: string, ...arms: unknown[][]) => ({
+    kind: "choice",
+    id: `choice-key:${id}`,
+    key: id,
+    arms: arms.map((flow, i) => ({ label: `l${i}`, flow })),
+  });
+  // Two choices one after the other both run: an arm of each names the agent.
+  assert.deepEqual(codes(definition([choice("c1", [leaf()], [leaf("z")]), choice("c2", [leaf()], [leaf("z")])])), [
+    "DUPLICATE_NODE_ID /root/1/arms/0/flow/0",
+    "DUPLICATE_NODE_ID /root/1/arms/1/flow/0",
+  ]);
+  // In one arm, and again in a choice nested in that arm: both run.
+  assert.deepEqual(codes(definition([choice("c", [leaf(), choice("d", [leaf()], [leaf("z")])], [leaf("y")])])), [
+    "DUPLICATE_NODE_ID /root/0/arms/0/flow/1/arms/0/flow/0",
+  ]);
+});
+
 void test("a builder cannot name two different subgraphs the same", () => {
   const h = new Harness("h");
   h.parallel(new Graph("dup").next(agent("a")), new Graph("dup").next(agent("b")));
