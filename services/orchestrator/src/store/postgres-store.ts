@@ -183,7 +183,10 @@ export class PostgresJobStore extends SqlJobStore {
         RETURNING seq, event`.execute(trx);
       return rows;
     });
-    return storedLifecycleEvents(rows.map((r) => ({ seq: Number(r.seq), json: r.event })));
+    return storedLifecycleEvents(
+      rows.map((r) => ({ seq: Number(r.seq), json: r.event })),
+      this.keptLifecycle,
+    );
   }
 
   override async claimSessionTokensToRevoke(options: { limit: number; claimMs: number }): Promise<string[]> {
