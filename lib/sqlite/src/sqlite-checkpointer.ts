@@ -7,15 +7,18 @@
 // service's connection never checkpoints (wal_autocheckpoint = 0) and this
 // thread, on a connection of its own, runs a PASSIVE checkpoint, which never
 // waits for the writer nor holds it up. When, by `trigger`:
-//  - `counted` (the LLM proxy, whose store counts its commits, `wrote()`, in
-//    memory both threads share): every 250 ms once 64 commits came since the
-//    last, else once a second after one did. Each checkpoint costs two fsyncs
-//    here and one in the store's next commit (SQLite syncs the log's header
-//    when it starts the log again), and copies every page written since the
-//    last once: at a few commits a second, one every 250 ms was about one per
-//    commit (issue 24).
-//  - `polled` (the orchestrator, whose files are written through Kysely and
-//    @oz0/graph alike, with no one place that sees every commit): each
+//  - `counted` (the LLM proxy and the orchestrator's job store, whose
+//    stores count their commits, `wrote()`, in memory both threads share):
+//    every 250 ms once 64 commits came since the last, else once a second
+//    after one did. Each checkpoint costs two fsyncs here and one in the
+//    store's next commit (SQLite syncs the log's header when it starts the
+//    log again), and copies every page written since the last once: at a few
+//    commits a second, one every 250 ms was about one per commit (issue 24).
+//    With nothing to checkpoint the thread sleeps on the count itself
+//    (Atomics.waitAsync) and the next commit wakes it: an idle service's
+//    thread no longer woke every interval to find no commit (issue 24).
+//  - `polled` (files also written where no one place sees every commit, as
+//    the orchestrator's graphs.db by Kysely and @oz0/graph alike): each
 //    interval (1 s) the thread asks `PRAGMA data_version`, which changes when
 //    another connection committed, and checkpoints when it did.
 import { createRequire } from "node:module";
@@ -34,31 +37,51 @@ const checkpoint = () => {
     parentPort.postMessage({ error: String(error && error.message) });
   }
 };
-// Commits the store counted (Atomics.add), and how many the last checkpoint came after.
+// Commits the store counted (Atomics.add, then Atomics.notify), and how many the last checkpoint came after.
 const commits = new Int32Array(workerData.commits);
 let checkpointed = 0;
-let waited = 0;
-// Polled: the file's version as this connection last saw it; none at first, so commits made before the thread
-// started are checkpointed on its first look.
-let version = -1;
-const timer = setInterval(() => {
-  if (workerData.trigger === "polled") {
+let closed = false;
+let timer;
+if (workerData.trigger === "polled") {
+  // The file's version as this connection last saw it; none at first, so commits made before the thread started
+  // are checkpointed on its first look.
+  let version = -1;
+  timer = setInterval(() => {
     const now = db.pragma("data_version", { simple: true });
     if (now !== version) {
       version = now;
       checkpoint();
     }
-    return;
-  }
-  const now = Atomics.load(commits, 0);
-  if (now === checkpointed) return;
-  waited += workerData.intervalMs;
-  if (now - checkpointed < workerData.commitsPerCheckpoint && waited < workerData.maxWaitMs) return;
-  checkpointed = now;
-  waited = 0;
-  checkpoint();
-}, workerData.intervalMs);
+  }, workerData.intervalMs);
+} else {
+  sleep();
+}
+// Counted: until a commit comes, the thread waits on the count, with no timer; a commit made before the wait
+// began is seen by the wait ("not-equal"), so none is missed.
+function sleep() {
+  const waited = Atomics.waitAsync(commits, 0, checkpointed);
+  if (waited.async) waited.value.then(awake);
+  else awake();
+}
+// A commit came: looks every interval, as the thread did all the time before, until a checkpoint leaves nothing
+// to copy, then sleeps again.
+function awake() {
+  if (closed) return;
+  let waited = 0;
+  timer = setInterval(() => {
+    const now = Atomics.load(commits, 0);
+    waited += workerData.intervalMs;
+    if (now - checkpointed < workerData.commitsPerCheckpoint && waited < workerData.maxWaitMs) return;
+    checkpointed = now;
+    waited = 0;
+    checkpoint();
+    if (Atomics.load(commits, 0) !== checkpointed) return;
+    clearInterval(timer);
+    sleep();
+  }, workerData.intervalMs);
+}
 parentPort.on("message", () => {
+  closed = true;
   clearInterval(timer);
   checkpoint();
   db.close();
@@ -103,9 +126,10 @@ export class SqliteCheckpointer {
     this.#worker.on("error", options.onError);
   }
 
-  /** The store committed a write: the log grew (`counted`). */
+  /** The store committed a write: the log grew (`counted`). Wakes the thread if it sleeps. */
   wrote(): void {
     Atomics.add(this.#commits, 0, 1);
+    Atomics.notify(this.#commits, 0, 1);
   }
 
   /** Checkpoints once more, closes the thread's connection and ends the thread. */

@@ -68,3 +68,30 @@ void test("polled: closing checkpoints what was written last", async (t) => {
   assert.equal((db.prepare("SELECT count(*) AS n FROM rows").get() as { n: number }).n, 10);
   db.close();
 });
+
+void test("counted: a thread asleep with no commit to copy is woken by the next commit, and checkpoints it", async (t) => {
+  const { file, db } = walFile(t);
+  const errors: unknown[] = [];
+  const checkpointer = new SqliteCheckpointer({ file, intervalMs: 50, onError: (e) => errors.push(e) });
+  try {
+    // Commits while the thread starts, then checkpointed: the thread goes back to sleep on the count.
+    insertRows(db, 2);
+    checkpointer.wrote();
+    checkpointer.wrote();
+    const first = statSync(file).size;
+    await until(() => statSync(file).size > first, "the first rows copied into the database file");
+    for (let round = 0; round < 3; round++) {
+      // Asleep for several intervals: no commit to wake it.
+      await new Promise((r) => setTimeout(r, 300));
+      const before = statSync(file).size;
+      insertRows(db, 3);
+      checkpointer.wrote();
+      // The file grows only by a checkpoint: the rows fill at least a page of their own.
+      await until(() => statSync(file).size > before, `round ${round}'s rows copied after a sleep`);
+    }
+    assert.deepEqual(errors, []);
+  } finally {
+    await checkpointer.close();
+    db.close();
+  }
+});
