@@ -233,9 +233,17 @@ export interface SqliteFileOptions {
    */
   synchronous: "NORMAL" | "FULL";
   /**
-   * How often the checkpoint thread looks for commits to copy into the file. Default 1 s; graphs.db, which only
-   * graph runs write, 5 s: each look wakes the thread, and an idle orchestrator paid about half a millisecond of
-   * CPU a second for looks at a file nothing wrote (issue 24).
+   * How the checkpoint thread learns of commits (@oz0/sqlite's SqliteCheckpointer). `counted` (the job store):
+   * every write goes through Kysely here, which counts each commit that changed rows, and the thread sleeps
+   * until one comes (issue 24: it woke every second to ask the file whether one had). `polled`, the default
+   * (graphs.db, which @oz0/graph writes through the handle too): the thread asks the file each
+   * `checkpointEveryMs`.
+   */
+  checkpoints?: "counted" | "polled";
+  /**
+   * How often the checkpoint thread looks for commits to copy into the file. Default 1 s (counted: while
+   * commits come); graphs.db, which only graph runs write, 5 s: each look wakes the thread, and an idle
+   * orchestrator paid about half a millisecond of CPU a second for looks at a file nothing wrote (issue 24).
    */
   checkpointEveryMs?: number;
 }
@@ -286,8 +294,9 @@ export function openSqlite(options: SqliteFileOptions & { migrate: (handle: Data
   const checkpointer = key
     ? new SqliteCheckpointer({
         file: key,
-        trigger: "polled",
-        ...(options.checkpointEveryMs !== undefined ? { intervalMs: options.checkpointEveryMs } : {}),
+        trigger: options.checkpoints ?? "polled",
+        // Counted as polled before: a checkpoint at most once a second while commits come.
+        intervalMs: options.checkpointEveryMs ?? 1_000,
         onError: (error) =>
           process.emitWarning(
             `${key}: ${(error as Error).message}; it is tried again in ${options.checkpointEveryMs === undefined ? "a second" : `${options.checkpointEveryMs / 1000} s`} (a full or failing disk stops the writes too)`,
@@ -296,11 +305,20 @@ export function openSqlite(options: SqliteFileOptions & { migrate: (handle: Data
       })
     : undefined;
   if (checkpointer) handle.pragma("wal_autocheckpoint = 0");
+  // What the migrations wrote is copied in as a commit's would be (a polled thread's first look found it).
+  if (checkpointer && options.checkpoints === "counted") checkpointer.wrote();
   const entry = {
     openers: 1,
     file: {
       handle,
-      db: new Kysely<Tables>({ dialect: new SqliteDialect({ database: cachedStatements(handle) }) }),
+      db: new Kysely<Tables>({
+        dialect: new SqliteDialect({
+          database: cachedStatements(
+            handle,
+            checkpointer && options.checkpoints === "counted" ? () => checkpointer.wrote() : undefined,
+          ),
+        }),
+      }),
       async release(): Promise<void> {
         if (--entry.openers > 0) return;
         if (key) openFiles.delete(key);

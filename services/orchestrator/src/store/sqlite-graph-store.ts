@@ -22,7 +22,13 @@ export class SqliteGraphStore extends SqlGraphStore {
   static open(home: string): SqliteGraphStore {
     const file = path.join(home, "graphs.db");
     return new SqliteGraphStore(
-      openSqlite({ file, synchronous: "FULL", checkpointEveryMs: 5_000, migrate: (h) => migrateSqlite(h, "graphs") }),
+      openSqlite({
+        file,
+        synchronous: "FULL",
+        checkpoints: "polled",
+        checkpointEveryMs: 5_000,
+        migrate: (h) => migrateSqlite(h, "graphs"),
+      }),
     );
   }
 

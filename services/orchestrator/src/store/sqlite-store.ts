@@ -10,7 +10,12 @@ export class SqliteJobStore extends SqlJobStore {
   readonly #file: SqliteFile;
 
   constructor(options: { file: string }) {
-    const file = openSqlite({ file: options.file, synchronous: "NORMAL", migrate: (h) => migrateSqlite(h, "jobs") });
+    const file = openSqlite({
+      file: options.file,
+      synchronous: "NORMAL",
+      checkpoints: "counted",
+      migrate: (h) => migrateSqlite(h, "jobs"),
+    });
     super(file.db, SQLITE);
     this.#file = file;
   }
