@@ -291,16 +291,10 @@ export type StoredLifecycleEvent = { seq: number; event: RawEvent } | { seq: num
  * Claimed outbox rows as events, each read alone: a row that does not read (a field out of its range, from a
  * producer before its checks) is marked unreadable rather than failing the claim, which would leave it, and
  * every event claimed with it (other jobs' too), in the outbox for good. Oldest first (RETURNING gives no order).
- * A row `kept` has the event of is not read again (KeptLifecycleEvents).
  */
-export function storedLifecycleEvents(
-  rows: { seq: number; json: string }[],
-  kept?: KeptLifecycleEvents,
-): StoredLifecycleEvent[] {
+export function storedLifecycleEvents(rows: { seq: number; json: string }[]): StoredLifecycleEvent[] {
   return rows
     .map(({ seq, json }): StoredLifecycleEvent => {
-      const event = kept?.take(json);
-      if (event) return { seq, event };
       try {
         return { seq, event: fromJsonString(RawEventSchema, json) };
       } catch (error) {
@@ -309,67 +303,6 @@ export function storedLifecycleEvents(
     })
     .sort((a, b) => a.seq - b.seq);
 }
-
-/**
- * The lifecycle events this process stored in the outbox, by the JSON text stored for each, until a claim returns
- * that text: the claim then hands over the event itself instead of decoding the text again (issue 24: decoding a
- * job's lifecycle events at claim was 1.2% of the orchestrator's CPU). Only a row whose text is the very text
- * stored with the event is taken this way, so what is sent is what the row holds, whatever the row is (one of a
- * transaction rolled back and its seq used again, one another replica stored); any other row (another replica's,
- * one from before a restart, one claimed again after a failed send) is decoded as before. So is an event whose
- * text does not read back as the event itself (readsBack). The oldest go first past MAX_KEPT_JSON_CHARS: rows
- * another replica ships are never claimed here.
- */
-export class KeptLifecycleEvents {
-  readonly #events = new Map<string, RawEvent>();
-  #chars = 0;
-
-  keep(json: string, event: RawEvent): void {
-    if (json.length > MAX_KEPT_JSON_CHARS || this.#events.has(json) || !readsBack(event)) return;
-    this.#events.set(json, event);
-    this.#chars += json.length;
-    for (const oldest of this.#events.keys()) {
-      if (this.#chars <= MAX_KEPT_JSON_CHARS) break;
-      this.#events.delete(oldest);
-      this.#chars -= oldest.length;
-    }
-  }
-
-  /** The event stored as `json`, handed over once. */
-  take(json: string): RawEvent | undefined {
-    const event = this.#events.get(json);
-    if (event === undefined) return undefined;
-    this.#events.delete(json);
-    this.#chars -= json.length;
-    return event;
-  }
-}
-
-/**
- * Whether an event's JSON text reads back as the event itself, so handing over the event is sending what its
- * outbox row holds. Not when a token count is out of its uint32 field (the text does not read: the row is
- * unreadable, dropped and named) or not a number (NaN is written as null, which reads as 0); nor with
- * attributes as a Struct (-0 is written as 0) or fields this version does not know, which the text leaves out.
- * The other fields are strings, read back as written, and the time, which toJsonString refuses out of range.
- * RawEvent's fields are all of these (a test holds it).
- */
-export function readsBack(event: RawEvent): boolean {
-  if (event.$unknown?.length || event.attributes !== undefined || event.time?.$unknown?.length) return false;
-  const tokens = event.tokens;
-  if (tokens === undefined) return true;
-  return (
-    !tokens.$unknown?.length &&
-    isUint32(tokens.inputTokens) &&
-    isUint32(tokens.outputTokens) &&
-    isUint32(tokens.cacheReadTokens) &&
-    isUint32(tokens.cacheWriteTokens)
-  );
-}
-
-const isUint32 = (n: number): boolean => Number.isInteger(n) && n >= 0 && n <= 0xffff_ffff;
-
-/** What KeptLifecycleEvents holds at most, in UTF-16 units of JSON: a few thousand events of a few hundred bytes. */
-const MAX_KEPT_JSON_CHARS = 4 * 1024 * 1024;
 
 export interface PublishResult {
   record: AgentVersionRecord;

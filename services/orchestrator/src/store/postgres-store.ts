@@ -183,10 +183,7 @@ export class PostgresJobStore extends SqlJobStore {
         RETURNING seq, event`.execute(trx);
       return rows;
     });
-    return storedLifecycleEvents(
-      rows.map((r) => ({ seq: Number(r.seq), json: r.event })),
-      this.keptLifecycle,
-    );
+    return storedLifecycleEvents(rows.map((r) => ({ seq: Number(r.seq), json: r.event })));
   }
 
   override async claimSessionTokensToRevoke(options: { limit: number; claimMs: number }): Promise<string[]> {

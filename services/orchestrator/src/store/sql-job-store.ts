@@ -33,7 +33,6 @@ import {
   type StderrPiece,
   type StoredLifecycleEvent,
   storedLifecycleEvents,
-  KeptLifecycleEvents,
 } from "./job-store.js";
 import { compiledOnce } from "./compiled-once.js";
 import type {
@@ -233,8 +232,6 @@ export const HOT_QUERIES = {
 export class SqlJobStore implements JobStore {
   protected readonly db: Db;
   protected readonly engine: SqlEngine;
-  /** The lifecycle events this store put in the outbox, so its claims need not decode them (job-store.ts). */
-  protected readonly keptLifecycle = new KeptLifecycleEvents();
 
   constructor(db: Db, engine: SqlEngine) {
     this.db = db;
@@ -568,11 +565,7 @@ export class SqlJobStore implements JobStore {
   async #keepLifecycle(db: Db | Trx, events: RawEvent[]): Promise<void> {
     for (const part of inParts(events, ROWS_PER_INSERT))
       await HOT_QUERIES.keepLifecycle.execute(db, this.engine, {
-        events: part.map((event) => {
-          const json = toJsonString(RawEventSchema, event);
-          this.keptLifecycle.keep(json, event);
-          return json;
-        }),
+        events: part.map((e) => toJsonString(RawEventSchema, e)),
       });
   }
 
@@ -648,10 +641,7 @@ export class SqlJobStore implements JobStore {
       until: this.engine.time(new Date(now + options.claimMs)),
       limit: options.limit,
     });
-    return storedLifecycleEvents(
-      rows.map((r) => ({ seq: toNumber(r.seq), json: r.event })),
-      this.keptLifecycle,
-    );
+    return storedLifecycleEvents(rows.map((r) => ({ seq: toNumber(r.seq), json: r.event })));
   }
 
   async deleteLifecycleEvents(seqs: number[]): Promise<void> {
