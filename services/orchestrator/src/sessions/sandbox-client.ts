@@ -1,6 +1,6 @@
 // SessionRunner over one sandbox node's oz0.sandbox.v1.SandboxService.
 import path from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import type { PermissionAnswer, RuntimeToolResult } from "@oz0/proto/oz0/harness/v1/harness_pb";
@@ -15,7 +15,6 @@ import {
   type RunSessionResponse,
 } from "@oz0/proto/oz0/sandbox/v1/sandbox_pb";
 import { bearerInterceptor, traceContextClientInterceptor } from "@oz0/serving";
-import { encodedSize } from "./encoded-size.js";
 import { MessageQueue } from "./message-queue.js";
 import {
   SandboxAnswerTooLargeError,
@@ -120,12 +119,13 @@ function toMessage(response: RunSessionResponse, sessionId: string): SandboxMess
 }
 
 /**
- * What a node's answer weighs as decoded, for the session's byte budget (session-driver.ts): its encoded size,
- * counted without encoding it again (encoded-size.ts). Artifacts are weighed by what they hold.
+ * What a node's answer weighs as decoded, for the session's byte budget (session-driver.ts). Artifacts are weighed by
+ * what they hold rather than encoded again, which would copy up to SANDBOX_READ_MAX_BYTES once more to measure it.
  */
 function answerBytes(response: RunSessionResponse): number {
   const m = response.message;
-  if (m.case !== "artifacts") return Math.max(MESSAGE_STORED_BYTES, encodedSize(RunSessionResponseSchema, response));
+  if (m.case !== "artifacts")
+    return Math.max(MESSAGE_STORED_BYTES, toBinary(RunSessionResponseSchema, response).byteLength);
   let bytes = MESSAGE_STORED_BYTES + Buffer.byteLength(m.value.patch) + Buffer.byteLength(m.value.error);
   for (const file of m.value.files)
     bytes += MESSAGE_STORED_BYTES + Buffer.byteLength(file.path) + file.content.byteLength;
