@@ -12,6 +12,15 @@ import type { RefusalLog } from "./refusal-log.js";
 export const DEFAULT_CREDENTIAL_HINT =
   "people: the oz0 CLI sends yours (`oz0 login`, OZ0_TOKEN, or the owner credential of oz0 dev); services: OZ0_SERVICE_TOKEN";
 
+/** How the gate words and logs its refusals. */
+export interface GateOptions {
+  credentialHint?: string;
+  /** What an authenticator's own failure (not a refusal) becomes for the caller. */
+  unexpected?: (error: unknown, procedure: string) => unknown;
+  /** Where refusals are logged (refused calls end before tracing, so they have no span). */
+  refusals?: RefusalLog;
+}
+
 /**
  * The gate serve() gives connect (`requestGate`): it runs once a call's
  * headers are in and before a byte of its body is read, on every protocol, so
@@ -20,12 +29,7 @@ export const DEFAULT_CREDENTIAL_HINT =
  */
 export function accessGate(
   authenticator: Authenticator,
-  options: {
-    credentialHint?: string;
-    unexpected?: (error: unknown, procedure: string) => unknown;
-    /** Where refusals are logged (refused calls end before tracing, so they have no span). */
-    refusals?: RefusalLog;
-  } = {},
+  options: GateOptions = {},
 ): (context: HandlerContext) => Promise<void> {
   const check = accessCheck(authenticator, options);
   return async (context) => {
@@ -53,14 +57,7 @@ export function accessGate(
  * call ends with the gate's refusal instead of the message; a stream with
  * nothing to send holds nothing back. Open methods are not asked again.
  */
-export function streamsEndWithTheirCredential(
-  authenticator: Authenticator,
-  options: {
-    credentialHint?: string;
-    unexpected?: (error: unknown, procedure: string) => unknown;
-    refusals?: RefusalLog;
-  } = {},
-): Interceptor {
+export function streamsEndWithTheirCredential(authenticator: Authenticator, options: GateOptions = {}): Interceptor {
   const check = accessCheck(authenticator, options);
   return (next) => async (request) => {
     const response = await next(request);
