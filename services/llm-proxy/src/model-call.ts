@@ -209,6 +209,16 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     }
   }
 
+  /** A call refused before it is sent costs nothing: its budget hold is given back. */
+  const giveBackHold = async (): Promise<void> => {
+    await reservation?.settle(0).catch((settleError: unknown) => {
+      deps.logger.error(
+        { operationId, session: token.session, error: (settleError as Error).message },
+        "could not give back a refused call's budget reservation; its hold is freed when it expires",
+      );
+    });
+  };
+
   // A stream may hold less than its worst case (what is left of the budget). Its output is then bounded, in the
   // request the provider gets, to what the hold pays for once its input is paid at its worst: a provider bills
   // tokens it never streams (an OpenAI model's reasoning, reported with the usage at the stream's end), so
@@ -225,12 +235,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     );
     const leastOutput = Math.max(MIN_BOUNDED_OUTPUT, request.minBoundedOutput ?? 0);
     if (perAnswer < leastOutput) {
-      await reservation.settle(0).catch((settleError: unknown) => {
-        deps.logger.error(
-          { operationId, session: token.session, error: (settleError as Error).message },
-          "could not give back a refused call's budget reservation; its hold is freed when it expires",
-        );
-      });
+      await giveBackHold();
       // Worded as the budget's other refusals ("… of the session's $L budget is left"): harnesses tell a
       // budget refusal by it (harness-claude's sdk-message-mapper.ts).
       const leastUsd = worstCaseOf(price, leastOutput * answers);
@@ -256,13 +261,7 @@ export async function runModelCall(deps: ModelCallDeps, input: ModelCallInput): 
     try {
       counted = await deps.modelCalls.countModelCall({ session: token.session, limit: token.maxModelCalls });
     } catch (error) {
-      // Not sent: it costs nothing, and its budget hold is given back.
-      await reservation?.settle(0).catch((settleError: unknown) => {
-        deps.logger.error(
-          { operationId, session: token.session, error: (settleError as Error).message },
-          "could not give back a refused call's budget reservation; its hold is freed when it expires",
-        );
-      });
+      await giveBackHold();
       if (!(error instanceof ProxyError) || error.code !== "model_calls_exhausted") throw error;
       await refuseCall(deps, { res, format, common, startedAt, callStart }, "model_calls_refused", error);
       return;
