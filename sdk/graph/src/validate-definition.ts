@@ -412,6 +412,8 @@ interface ArmTreeNode {
  */
 class ArmTree {
   readonly #root: ArmTreeNode = { byChoice: [], children: new Map() };
+  /** Each occurrence's place in the order added: the earliest is named, as a pairwise check would. */
+  readonly #order = new Map<Occurrence, number>();
 
   /** The earliest occurrence added that can run in one run with `b`, if any. */
   runsWith(b: Occurrence): Occurrence | undefined {
@@ -436,8 +438,6 @@ class ArmTree {
     consider(node.first);
     return best;
   }
-
-  readonly #order = new Map<Occurrence, number>();
 
   add(o: Occurrence): void {
     this.#order.set(o, this.#order.size);
