@@ -55,15 +55,15 @@ export function accessGate(
  * never ends by itself, so a console logged out, a token expired or a person
  * taken out of the configuration went on being sent every job's changes). The
  * call ends with the gate's refusal instead of the message; a stream with
- * nothing to send holds nothing back. Open methods are not asked again.
+ * nothing to send holds nothing back. Only credentials that can end are asked
+ * again ({@link credentialCanEnd}); open methods have no caller to ask about.
  */
 export function streamsEndWithTheirCredential(authenticator: Authenticator, options: GateOptions = {}): Interceptor {
   const check = accessCheck(authenticator, options);
   return (next) => async (request) => {
     const response = await next(request);
+    if (!response.stream || !credentialCanEnd(request.contextValues.get(principalKey))) return response;
     const method = `${request.service.typeName}/${request.method.name}`;
-    const access = ACCESS_TABLE[method];
-    if (!response.stream || !access || "open" in access) return response;
     const authorization = request.header.get("authorization");
     const stillAdmitted = async (): Promise<void> => {
       try {
@@ -76,6 +76,16 @@ export function streamsEndWithTheirCredential(authenticator: Authenticator, opti
     };
     return { ...response, message: checkedBeforeEach(response.message, stillAdmitted) };
   };
+}
+
+/**
+ * Whether a caller's credential can stop admitting them while a stream is open: an OIDC token (it expires) or a
+ * console session (logged out, expired). A service's, a node's, a configured token and the owner's credential
+ * admit for as long as the process runs (the configuration is read once), so asking again before each message
+ * (every RunSession and WatchJob message of the stack) would only repeat the answer.
+ */
+function credentialCanEnd(principal: Principal | undefined): boolean {
+  return principal?.kind === "person" && (principal.via === "oidc" || principal.via === "console");
 }
 
 /** `messages`, each sent only once `check` passes; when it throws, the source is closed and the stream fails. */
